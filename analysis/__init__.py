@@ -1,0 +1,1 @@
+"""slowdown.analysis: histograms, the SQLite store, statistics and the read-side interfaces."""

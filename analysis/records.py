@@ -1,0 +1,70 @@
+"""What the store keeps per (host, target, op, minute): the minute record of SPEC section 2."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .histogram import Histogram
+
+MINUTE = 60
+HOUR = 3600
+
+
+@dataclass
+class Record:
+    """Latencies of one op in one span (a UTC minute, or an hour after rollup).
+
+    ``histogram`` carries count, sum, sum of squares, min and max of the successful ops;
+    ``errors`` counts failed ops, ``skipped`` ticks that found the previous run still going,
+    ``stuck`` is the longest age (seconds) an op had been in flight during the span.
+    """
+
+    host: str
+    target: str
+    op: str
+    start: int  # unix seconds, UTC, a multiple of ``span``
+    histogram: Histogram = field(default_factory=Histogram)
+    errors: int = 0
+    skipped: int = 0
+    stuck: float = 0.0
+    span: int = MINUTE
+
+    @property
+    def key(self) -> tuple[str, str, str, int]:
+        return (self.host, self.target, self.op, self.start)
+
+    def merge(self, other: Record) -> None:
+        """Fold ``other`` (same op, any span) into this record."""
+        self.histogram.merge(other.histogram)
+        self.errors += other.errors
+        self.skipped += other.skipped
+        self.stuck = max(self.stuck, other.stuck)
+
+
+def minute_of(timestamp: float) -> int:
+    """Start of the UTC minute holding ``timestamp``."""
+    return int(timestamp // MINUTE) * MINUTE
+
+
+@dataclass
+class Aggregate:
+    """Everything recorded for a selection of records, merged: what a window's statistics need."""
+
+    histogram: Histogram = field(default_factory=Histogram)
+    errors: int = 0
+    skipped: int = 0
+    stuck: float = 0.0
+    records: int = 0
+    first: int | None = None  # start of the earliest record merged
+    last: int | None = None  # start of the latest record merged
+
+    def add(self, other: Aggregate) -> None:
+        self.histogram.merge(other.histogram)
+        self.errors += other.errors
+        self.skipped += other.skipped
+        self.stuck = max(self.stuck, other.stuck)
+        self.records += other.records
+        starts = [t for t in (self.first, other.first) if t is not None]
+        self.first = min(starts) if starts else None
+        ends = [t for t in (self.last, other.last) if t is not None]
+        self.last = max(ends) if ends else None

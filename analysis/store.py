@@ -1,0 +1,318 @@
+"""The SQLite store: minute and hour records, read back merged across hosts, ops and files.
+
+One file in WAL mode, so readers (the ``slowdown`` command, Grafana) never block the writer.
+Writing a record whose (host, target, op, start) exists merges into it inside SQLite
+(an upsert with the ``hist_merge`` function), so a re-written minute never duplicates.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import sqlite3
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from . import codec, schema
+from .buckets import BucketCounts, sum_arrays
+from .histogram import Histogram
+from .records import HOUR, MINUTE, Aggregate, Record
+
+TABLES = {MINUTE: "minutes", HOUR: "hours"}
+_COLUMNS = "count, errors, skipped, sum, sumsq, min, max, stuck, hist"
+
+
+class StoreError(Exception):
+    """A database that cannot be opened, read or written; the message names the file."""
+
+
+@dataclass(frozen=True)
+class Selection:
+    """Which records to read. Name filters are shell globs (``md-*``); empty means all.
+
+    ``start`` is inclusive and ``end`` exclusive, both unix seconds, compared with the start
+    of each record's span.
+    """
+
+    hosts: tuple[str, ...] = ()
+    targets: tuple[str, ...] = ()
+    ops: tuple[str, ...] = ()
+    start: int | None = None
+    end: int | None = None
+
+    def where(self, alias: str = "r") -> tuple[str, list]:
+        clauses: list[str] = []
+        params: list = []
+        for column, patterns in (("host", self.hosts), ("target", self.targets), ("op", self.ops)):
+            if patterns:
+                clauses.append("(" + " OR ".join(f"s.{column} GLOB ?" for _ in patterns) + ")")
+                params.extend(patterns)
+        if self.start is not None:
+            clauses.append(f"{alias}.start >= ?")
+            params.append(int(self.start))
+        if self.end is not None:
+            clauses.append(f"{alias}.start < ?")
+            params.append(int(self.end))
+        return (" AND ".join(clauses) or "1"), params
+
+
+class _HistSum:
+    """SQL aggregate ``hist_sum(hist)``: the merge of many histogram blobs (for rollups)."""
+
+    def __init__(self) -> None:
+        self.parts: dict[int, list[tuple[np.ndarray, np.ndarray]]] = {}
+        self.zero = 0
+
+    def step(self, blob: bytes) -> None:
+        scale, zero, indices, counts, _ = codec.decode_buckets(blob)
+        self.parts.setdefault(scale, []).append((indices, counts))
+        self.zero += zero
+
+    def finalize(self) -> bytes:
+        return codec.encode(_merge_parts(self.parts, self.zero), moments=False)
+
+
+def _hist_merge(a: bytes | None, b: bytes | None) -> bytes | None:
+    """SQL function ``hist_merge(a, b)``: two histogram blobs merged into one."""
+    if a is None or b is None:
+        return a if b is None else b
+    both = _HistSum()
+    both.step(a)
+    both.step(b)
+    return both.finalize()
+
+
+def _merge_parts(parts: dict[int, list[tuple[np.ndarray, np.ndarray]]], zero: int) -> Histogram:
+    """One histogram from bucket arrays grouped by scale, at the coarsest scale among them."""
+    if not parts:
+        return Histogram()
+    scale = min(parts)
+    merged = [
+        (indices >> (s - scale), counts) for s, group in parts.items() for indices, counts in group
+    ]
+    indices, counts = sum_arrays(merged)
+    h = Histogram(scale)
+    h.buckets = BucketCounts(dict(zip(indices.tolist(), counts.tolist())))
+    h.zero_count = zero
+    h.count = zero + int(counts.sum())
+    return h
+
+
+def _upsert(table: str) -> str:
+    return f"""
+        INSERT INTO {table} (series, start, {_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+        ON CONFLICT (series, start) DO UPDATE SET
+            count = count + excluded.count,
+            errors = errors + excluded.errors,
+            skipped = skipped + excluded.skipped,
+            sum = sum + excluded.sum,
+            sumsq = sumsq + excluded.sumsq,
+            min = coalesce(min(min, excluded.min), min, excluded.min),
+            max = coalesce(max(max, excluded.max), max, excluded.max),
+            stuck = max(stuck, excluded.stuck),
+            hist = hist_merge(hist, excluded.hist)
+    """
+
+
+class Store:
+    """One database file. Writers migrate the schema forward; readers only check it."""
+
+    def __init__(self, path: str | os.PathLike, readonly: bool = False, timeout: float = 10.0):
+        self.path = Path(path)
+        self.readonly = readonly
+        self._series: dict[tuple[str, str, str], int] = {}
+        try:
+            if readonly:
+                if not self.path.exists():
+                    raise StoreError(f"{self.path}: no such database")
+                uri = f"file:{self.path.resolve()}?mode=ro"
+                self.conn = sqlite3.connect(uri, uri=True, timeout=timeout, isolation_level=None)
+            else:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                self.conn = sqlite3.connect(self.path, timeout=timeout, isolation_level=None)
+            self.conn.execute(f"PRAGMA busy_timeout = {int(timeout * 1000)}")
+            version = schema.check(self.conn, str(self.path))  # before anything is written
+            if readonly:
+                if version != schema.VERSION:
+                    raise StoreError(
+                        f"{self.path}: schema version {version}, this slowdown reads "
+                        f"{schema.VERSION}; open it once for writing (the service does) to migrate"
+                    )
+            else:
+                self.conn.execute("PRAGMA journal_mode = WAL")
+                self.conn.execute("PRAGMA synchronous = FULL")
+                schema.migrate(self.conn, str(self.path))
+        except schema.SchemaError as exc:
+            raise StoreError(str(exc)) from None
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(f"{self.path}: {exc}") from None
+        self.conn.create_function("hist_merge", 2, _hist_merge, deterministic=True)
+        self.conn.create_aggregate("hist_sum", 1, _HistSum)
+
+    def close(self) -> None:
+        self.conn.close()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- writing -----------------------------------------------------------------------------
+
+    def _series_id(self, host: str, target: str, op: str) -> int:
+        key = (host, target, op)
+        sid = self._series.get(key)
+        if sid is None:
+            self.conn.execute(
+                "INSERT OR IGNORE INTO series (host, target, op) VALUES (?, ?, ?)", key
+            )
+            sid = self.conn.execute(
+                "SELECT id FROM series WHERE host = ? AND target = ? AND op = ?", key
+            ).fetchone()[0]
+            self._series[key] = sid
+        return sid
+
+    def write(self, records: Iterable[Record]) -> int:
+        """Write (or merge into) records in one transaction; returns how many were written."""
+        rows: dict[str, list[tuple]] = {}
+        self.conn.execute("BEGIN IMMEDIATE")
+        try:
+            for rec in records:
+                if rec.start % rec.span:
+                    raise ValueError(f"record start {rec.start} is not aligned to {rec.span} s")
+                h = rec.histogram
+                row = (
+                    self._series_id(rec.host, rec.target, rec.op), rec.start, h.count,
+                    rec.errors, rec.skipped, h.sum, h.sumsq,
+                    h.min if h.count else None, h.max if h.count else None,
+                    rec.stuck, codec.encode(h, moments=False),
+                )
+                rows.setdefault(TABLES[rec.span], []).append(row)
+            for table, table_rows in rows.items():
+                self.conn.executemany(_upsert(table), table_rows)
+            self.conn.execute("COMMIT")
+        except BaseException:
+            self.conn.execute("ROLLBACK")
+            self._series.clear()  # ids inserted in the rolled-back transaction are gone
+            raise
+        return sum(len(r) for r in rows.values())
+
+    def rollup(self, before: int) -> int:
+        """Merge minute records older than ``before`` (rounded down to the hour) into hours.
+
+        One transaction: the minutes are deleted only together with the hours being written.
+        Returns the number of minute records merged.
+        """
+        cutoff = int(before) // HOUR * HOUR
+        self.conn.execute("BEGIN IMMEDIATE")
+        try:
+            moved = self.conn.execute(
+                "SELECT count(*) FROM minutes WHERE start < ?", (cutoff,)
+            ).fetchone()[0]
+            self.conn.execute(
+                f"""INSERT INTO hours (series, start, {_COLUMNS})
+                    SELECT series, start - start % {HOUR}, sum(count), sum(errors), sum(skipped),
+                           sum(sum), sum(sumsq), min(min), max(max), max(stuck), hist_sum(hist)
+                    FROM minutes WHERE start < ? GROUP BY series, start - start % {HOUR}
+                    ORDER BY 1, 2
+                """
+                + _upsert("hours")[_upsert("hours").index("ON CONFLICT"):],
+                (cutoff,),
+            )
+            self.conn.execute("DELETE FROM minutes WHERE start < ?", (cutoff,))
+            self.conn.execute("COMMIT")
+        except BaseException:
+            self.conn.execute("ROLLBACK")
+            raise
+        return moved
+
+    # -- reading -----------------------------------------------------------------------------
+
+    def _rows(self, selection: Selection, columns: str, order: str = "") -> Iterator[tuple]:
+        where, params = selection.where()
+        for span, table in TABLES.items():
+            sql = (
+                f"SELECT {span}, s.host, s.target, s.op, r.start, {columns} "
+                f"FROM {table} r JOIN series s ON s.id = r.series WHERE {where} {order}"
+            )
+            try:
+                yield from self.conn.execute(sql, params)
+            except sqlite3.DatabaseError as exc:
+                raise StoreError(f"{self.path}: {exc}") from None
+
+    def records(self, selection: Selection = Selection()) -> Iterator[Record]:
+        """Every record of the selection (hours after minutes), each decoded."""
+        for span, host, target, op, start, count, errors, skipped, s, ss, lo, hi, stuck, blob in (
+            self._rows(selection, "r." + _COLUMNS.replace(", ", ", r."), "ORDER BY r.start")
+        ):
+            h = codec.decode(blob, count, s, ss, lo, hi)
+            yield Record(host, target, op, start, h, errors, skipped, stuck, span)
+
+    def aggregate(self, selection: Selection = Selection()) -> Aggregate:
+        """All records of the selection merged into one (vectorised over the histograms)."""
+        return aggregate([self], selection)
+
+    def series(self) -> list[tuple[str, str, str]]:
+        return [tuple(r) for r in self.conn.execute(
+            "SELECT host, target, op FROM series ORDER BY host, target, op")]
+
+    def latest_start(self, selection: Selection = Selection()) -> int | None:
+        """Start of the newest minute record in the selection, or None."""
+        where, params = selection.where()
+        row = self.conn.execute(
+            f"SELECT max(r.start) FROM minutes r JOIN series s ON s.id = r.series WHERE {where}",
+            params,
+        ).fetchone()
+        return row[0]
+
+
+def aggregate(stores: Sequence[Store], selection: Selection = Selection()) -> Aggregate:
+    """Merge the selection over several database files (the hosts of a cluster)."""
+    result = Aggregate()
+    parts: dict[int, list[tuple[np.ndarray, np.ndarray]]] = {}
+    zero = 0
+    h = result.histogram
+    h.min, h.max = np.inf, -np.inf
+    columns = "r.count, r.errors, r.skipped, r.sum, r.sumsq, r.min, r.max, r.stuck, r.hist"
+    for store in stores:
+        for _, _, _, _, start, count, errors, skipped, s, ss, lo, hi, stuck, blob in store._rows(
+            selection, columns
+        ):
+            scale, z, indices, counts, _ = codec.decode_buckets(blob)
+            parts.setdefault(scale, []).append((indices, counts))
+            zero += z
+            result.errors += errors
+            result.skipped += skipped
+            result.stuck = max(result.stuck, stuck)
+            result.records += 1
+            result.first = start if result.first is None else min(result.first, start)
+            result.last = start if result.last is None else max(result.last, start)
+            if count:
+                h.sum += s
+                h.sumsq += ss
+                h.min = min(h.min, lo)
+                h.max = max(h.max, hi)
+    merged = _merge_parts(parts, zero)
+    merged.sum, merged.sumsq, merged.min, merged.max = h.sum, h.sumsq, float(h.min), float(h.max)
+    result.histogram = merged
+    return result
+
+
+def expand_paths(patterns: Iterable[str]) -> list[Path]:
+    """Database files named by paths or globs; a pattern that names nothing is an error."""
+    paths: list[Path] = []
+    for pattern in patterns:
+        matches = sorted(glob.glob(os.path.expanduser(pattern)))
+        if not matches:
+            raise StoreError(f"{pattern}: no such database")
+        paths.extend(Path(m) for m in matches if Path(m) not in paths)
+    return paths
+
+
+def open_readers(patterns: Iterable[str]) -> list[Store]:
+    """Read-only stores for every file named by ``patterns`` (paths or globs)."""
+    return [Store(path, readonly=True) for path in expand_paths(patterns)]

@@ -1,0 +1,1 @@
+"""slowdown.probe: probes, workspaces, the probing service and its recorder."""
