@@ -1,0 +1,169 @@
+"""Human forms of durations and sizes, parsed and formatted at the edges.
+
+Inside the code a duration is float seconds and a size is int bytes; forms such as ``10m``
+or ``256GiB`` exist only in the configuration, on the command line and in output. Parsing
+goes through :class:`decimal.Decimal` so that ``"250ms"`` is exactly the float ``0.25`` and
+``"1.5GiB"`` exactly ``1610612736`` bytes.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from decimal import Decimal
+
+DURATION_EXAMPLE = "1s, 10m, 1h, 30d"
+SIZE_EXAMPLE = "4096, 1MiB, 256GiB, 10GB"
+
+# Largest first: a compound duration lists its parts in this order, each at most once.
+_DURATION_UNITS: dict[str, Decimal] = {
+    "w": Decimal(604800),
+    "d": Decimal(86400),
+    "h": Decimal(3600),
+    "m": Decimal(60),
+    "s": Decimal(1),
+    "ms": Decimal("0.001"),
+}
+_NUMBER = r"(?:\d+(?:\.\d*)?|\.\d+)"
+_BARE_NUMBER = re.compile(_NUMBER)
+_DURATION_PART = re.compile(rf"\s*({_NUMBER})\s*(ms|s|m|h|d|w)")
+
+_BINARY_UNITS = ("KiB", "MiB", "GiB", "TiB", "PiB", "EiB")
+_SIZE_UNITS: dict[str, int] = {"b": 1}
+for _power, _unit in enumerate(_BINARY_UNITS, start=1):
+    _SIZE_UNITS[_unit.lower()] = 1024**_power
+    _SIZE_UNITS[_unit[0].lower() + "b"] = 1000**_power
+_SIZE = re.compile(rf"({_NUMBER})\s*([A-Za-z]*)")
+
+
+def _duration_error(text: object, what: str = "") -> ValueError:
+    return ValueError(f"expected a duration like {DURATION_EXAMPLE}{what}; got {text!r}")
+
+
+def parse_duration(text: str | int | float) -> float:
+    """Seconds from ``"500ms"``, ``"10m"``, ``"1h30m"``, ``"2w"`` or a bare number of seconds.
+
+    Units are ``ms``, ``s``, ``m`` (minutes), ``h``, ``d`` and ``w``; a compound form names
+    each unit at most once, largest first. Negative, empty and unknown forms raise
+    :class:`ValueError` saying what was expected.
+    """
+    if isinstance(text, bool) or not isinstance(text, (str, int, float)):
+        raise _duration_error(text)
+    if not isinstance(text, str):
+        if not math.isfinite(text):
+            raise _duration_error(text)
+        if text < 0:
+            raise _duration_error(text, ", not a negative one")
+        return float(text)
+    stripped = text.strip()
+    if stripped.startswith("-"):
+        raise _duration_error(text, ", not a negative one")
+    if _BARE_NUMBER.fullmatch(stripped):
+        return float(Decimal(stripped))
+    total = Decimal(0)
+    position, previous_rank = 0, -1
+    ranks = list(_DURATION_UNITS)
+    while position < len(stripped):
+        match = _DURATION_PART.match(stripped, position)
+        if match is None:
+            raise _duration_error(text)
+        rank = ranks.index(match.group(2))
+        if rank <= previous_rank:
+            raise _duration_error(text, " (units largest first, each once)")
+        total += Decimal(match.group(1)) * _DURATION_UNITS[match.group(2)]
+        position, previous_rank = match.end(), rank
+    if previous_rank < 0:
+        raise _duration_error(text)
+    return float(total)
+
+
+def _decimal_text(value: Decimal) -> str:
+    """``Decimal`` as plain positional text without trailing zeros (``2.50`` -> ``2.5``)."""
+    text = format(value.normalize(), "f")
+    if "." in text:
+        text = text.rstrip("0").rstrip(".")
+    return text
+
+
+def format_duration(seconds: float) -> str:
+    """The short human form: ``"250ms"``, ``"1.5s"``, ``"10m"``, ``"1h30m"``, ``"1d"``, ``"2w"``.
+
+    Below one second the form is milliseconds; from one second on it is a compound of
+    days, hours, minutes and seconds (weeks only for a whole number of weeks). The result
+    parses back to the same float.
+    """
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
+        raise ValueError(f"expected a number of seconds, got {seconds!r}")
+    if not math.isfinite(seconds) or seconds < 0:
+        raise ValueError(f"expected a finite, non-negative number of seconds, got {seconds!r}")
+    if seconds == 0:
+        return "0s"
+    # The shortest decimal that reads back as this float; all arithmetic below is exact on it.
+    exact = Decimal(repr(float(seconds)))
+    if seconds < 1:
+        return _decimal_text(exact * 1000) + "ms"
+    whole = int(exact)
+    if exact == whole and whole % 604800 == 0:
+        return f"{whole // 604800}w"
+    parts = []
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        count, whole = divmod(whole, size)
+        if count:
+            parts.append(f"{count}{unit}")
+    rest = exact - int(exact) + whole
+    if rest:
+        parts.append(_decimal_text(rest) + "s")
+    return "".join(parts)
+
+
+def _size_error(text: object, what: str = "") -> ValueError:
+    return ValueError(f"expected a size like {SIZE_EXAMPLE}{what}; got {text!r}")
+
+
+def parse_size(text: str | int) -> int:
+    """Bytes from ``"4096"``, ``"1MiB"``, ``"1.5GiB"`` (binary) or ``"10GB"`` (SI, powers of 1000).
+
+    Units: ``B``, ``KiB`` ... ``EiB`` and ``kB``/``KB`` ... ``EB``, in any letter case. A
+    fractional result, a negative or an unknown unit raises :class:`ValueError`.
+    """
+    if isinstance(text, bool):
+        raise _size_error(text)
+    if isinstance(text, int):
+        if text < 0:
+            raise _size_error(text, ", not a negative one")
+        return text
+    if isinstance(text, float):
+        if not text.is_integer() or text < 0:
+            raise _size_error(text, " (a whole, non-negative number of bytes)")
+        return int(text)
+    if not isinstance(text, str):
+        raise _size_error(text)
+    stripped = text.strip()
+    if stripped.startswith("-"):
+        raise _size_error(text, ", not a negative one")
+    match = _SIZE.fullmatch(stripped)
+    unit = match.group(2).lower() if match is not None else "?"
+    factor = 1 if unit == "" else _SIZE_UNITS.get(unit)
+    if match is None or factor is None:
+        raise _size_error(text)
+    value = Decimal(match.group(1)) * factor
+    if value != value.to_integral_value():
+        raise _size_error(text, " (a whole number of bytes)")
+    return int(value)
+
+
+def format_size(n: int) -> str:
+    """The short human form in binary units: ``"512B"``, ``"1MiB"``, ``"1.5GiB"``, ``"3.81KiB"``.
+
+    At most two decimals; whole and half units are exact and parse back to ``n``.
+    """
+    if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+        raise ValueError(f"expected a non-negative number of bytes, got {n!r}")
+    if n < 1024:
+        return f"{n}B"
+    power = min((n.bit_length() - 1) // 10, len(_BINARY_UNITS))
+    factor = 1024**power
+    if n % factor == 0:
+        return f"{n // factor}{_BINARY_UNITS[power - 1]}"
+    value = (Decimal(n) / factor).quantize(Decimal("0.01"))
+    return _decimal_text(value) + _BINARY_UNITS[power - 1]

@@ -1,0 +1,1139 @@
+"""The configuration file: search order, defaults, validation with key and line, check-config."""
+
+from __future__ import annotations
+
+import socket
+import textwrap
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from slowdown.analysis import config as config_module
+from slowdown.analysis.config import (
+    OPS,
+    STATISTICS,
+    ActionConfig,
+    AlertRule,
+    BaselineConfig,
+    Config,
+    ConfigError,
+    ConfigErrors,
+    DataSize,
+    MetricsConfig,
+    Target,
+    default_config,
+    find_config_path,
+    format_key,
+    is_statistic,
+    load,
+    load_config,
+    loads,
+    statistic_quantile,
+)
+from slowdown.probe.cli import main
+
+REPO = Path(__file__).resolve().parent.parent
+REFERENCE = REPO / "config" / "slowdown.toml"
+MIB = 1 << 20
+
+MINIMAL = """
+[[target]]
+name = "home"
+path = "/srv/home"
+"""
+
+
+@pytest.fixture
+def environ(tmp_path: Path) -> dict[str, str]:
+    home = tmp_path / "home"
+    home.mkdir()
+    return {"HOME": str(home)}
+
+
+def write(directory: Path, text: str, name: str = "slowdown.toml") -> Path:
+    path = directory / name
+    path.write_text(textwrap.dedent(text).lstrip("\n"))
+    return path
+
+
+def marked_line(text: str) -> int:
+    """The line carrying the ``# <-`` marker: where the test expects the error."""
+    lines = textwrap.dedent(text).lstrip("\n").splitlines()
+    return next(number for number, line in enumerate(lines, 1) if "# <-" in line)
+
+
+def errors_of(path: Path, environ: dict[str, str]) -> list[ConfigError]:
+    with pytest.raises(ConfigError) as info:
+        load_config(path, environ)
+    return info.value.errors
+
+
+# --------------------------------------------------------------------------- valid files
+
+FULL = """
+host = "node7"
+interval = "500ms"
+database = "data/slowdown.db"
+windows = ["1m", "5m", "1h"]
+statistics = ["median", "q99.9", "mean"]
+retention = "30d"
+histogram_scale = 4
+
+[baseline]
+period = "month"
+expected = "median"
+provisional_after = "12h"
+
+[[target]]
+name = "home"
+path = "~/probe"
+data_size = "2.5xRAM"
+pool_files = 2000
+pool_dirs = 4
+object_size = "4KiB"
+
+[[target]]
+name = "scratch"
+path = "/scratch/probe"
+data_size = "256GiB"
+
+[metrics]
+listen = "[::1]:9100"
+
+[[alert]]
+name = "md-slow"
+target = ["home", "scr*"]
+op = "md-*"
+statistic = "q95"
+window = "10m"
+above = 10
+critical = 50.5
+for = "15m"
+clear_for = "30m"
+repeat = "4h"
+action = { type = "command", argv = ["/usr/local/bin/open-ticket", "{target}"] }
+
+[[alert]]
+name = "errors"
+kind = "error_rate"
+window = "1m"
+above = 0.1
+
+[[alert.action]]
+type = "webhook"
+url = "https://hooks.example.org/x"
+token_env = "HOOK_TOKEN"
+
+[[alert.action]]
+type = "email"
+to = "ops@example.org"
+smtp_port = 587
+starttls = true
+credentials_file = "smtp.cred"
+"""
+
+
+def test_full_file_round_trip(tmp_path, environ):
+    path = write(tmp_path, FULL)
+    home = Path(environ["HOME"])
+    expected = Config(
+        source=path,
+        host="node7",
+        interval=0.5,
+        database=tmp_path / "data" / "slowdown.db",
+        windows=(60.0, 300.0, 3600.0),
+        statistics=("median", "q99.9", "mean"),
+        baseline=BaselineConfig(period="month", expected="median", provisional_after=43200.0),
+        targets=(
+            Target("home", home / "probe", DataSize(ram_factor=2.5), 2000, 4, 4096),
+            Target("scratch", Path("/scratch/probe"), DataSize(bytes=256 << 30)),
+        ),
+        metrics=MetricsConfig(listen_host="::1", listen_port=9100),
+        alerts=(
+            AlertRule(
+                name="md-slow",
+                targets=("home", "scr*"),
+                ops=("md-*",),
+                statistic="q95",
+                window=600.0,
+                above=10.0,
+                critical=50.5,
+                for_=900.0,
+                clear_for=1800.0,
+                repeat=14400.0,
+                kind="slowdown",
+                actions=(
+                    ActionConfig(
+                        "command",
+                        {"argv": ("/usr/local/bin/open-ticket", "{target}"), "timeout": 30.0},
+                    ),
+                ),
+            ),
+            AlertRule(
+                name="errors",
+                targets=("*",),
+                ops=("*",),
+                statistic="median",
+                window=60.0,
+                above=0.1,
+                critical=None,
+                for_=0.0,
+                clear_for=60.0,
+                repeat=None,
+                kind="error_rate",
+                actions=(
+                    ActionConfig(
+                        "webhook",
+                        {
+                            "url": "https://hooks.example.org/x",
+                            "token_file": None,
+                            "token_env": "HOOK_TOKEN",
+                            "timeout": 10.0,
+                        },
+                    ),
+                    ActionConfig(
+                        "email",
+                        {
+                            "to": ("ops@example.org",),
+                            "from": "slowdown@node7",
+                            "smtp_host": "localhost",
+                            "smtp_port": 587,
+                            "starttls": True,
+                            "credentials_file": tmp_path / "smtp.cred",
+                            "timeout": 30.0,
+                        },
+                    ),
+                ),
+            ),
+        ),
+        retention=30 * 86400.0,
+        scale=4,
+    )
+    assert load_config(path, environ) == expected
+
+
+def test_defaults_of_a_minimal_file(tmp_path, environ):
+    environ["XDG_DATA_HOME"] = str(tmp_path / "data")
+    config = load_config(write(tmp_path, MINIMAL), environ)
+    assert config.host == socket.gethostname()
+    assert config.interval == 1.0
+    assert config.database == tmp_path / "data" / "slowdown" / "slowdown.db"
+    assert config.windows == (60.0, 600.0, 3600.0)
+    assert config.statistics == ("median", "q95")
+    assert config.baseline == BaselineConfig("month", "same", 86400.0)
+    assert config.metrics is None
+    assert config.alerts == ()
+    assert config.retention == 90 * 86400.0
+    assert config.scale == 5
+    (target,) = config.targets
+    assert target == Target("home", Path("/srv/home"), DataSize(ram_factor=4.0), 100_000, 10, 3901)
+    assert config.workspace(target) == Path("/srv/home/.slowdown") / config.host
+    assert config.target("home") is target
+    with pytest.raises(KeyError):
+        config.target("work")
+
+
+def test_metrics_table_without_listen_binds_loopback(environ):
+    config = loads(MINIMAL + "[metrics]\n", environ=environ)
+    assert config.metrics == MetricsConfig("127.0.0.1", 9877)
+    assert config.metrics.listen == "127.0.0.1:9877"
+
+
+def test_metrics_may_bind_other_addresses_when_written(environ):
+    config = loads(MINIMAL + '[metrics]\nlisten = "0.0.0.0:9100"\n', environ=environ)
+    assert (config.metrics.listen_host, config.metrics.listen_port) == ("0.0.0.0", 9100)
+    config = loads(MINIMAL + '[metrics]\nlisten = "[::1]:9877"\n', environ=environ)
+    assert config.metrics.listen == "[::1]:9877"
+
+
+def test_service_state_directory_is_the_default_database(environ):
+    environ["STATE_DIRECTORY"] = "/var/lib/slowdown"
+    assert loads(MINIMAL, environ=environ).database == Path("/var/lib/slowdown/slowdown.db")
+
+
+def test_reference_config_passes(environ):
+    config = load_config(REFERENCE, environ)
+    assert [t.name for t in config.targets] == ["home", "work"]
+    assert config.metrics == MetricsConfig("127.0.0.1", 9877)
+    assert [a.actions[0].type for a in config.alerts] == ["command", "webhook"]
+    assert config.database == Path("/var/lib/slowdown/slowdown.db")
+
+
+def test_reference_config_documents_every_key():
+    text = REFERENCE.read_text()
+    keys = [
+        *config_module._TOP_KEYS,
+        *config_module._BASELINE_KEYS,
+        *config_module._TARGET_KEYS,
+        *config_module._METRICS_KEYS,
+        *config_module._ALERT_KEYS,
+        *(key for keys in config_module._ACTION_KEYS.values() for key in keys),
+    ]
+    missing = [key for key in keys if key not in text]
+    assert missing == []
+    for kind in (*config_module.ALERT_KINDS, *config_module.ACTION_TYPES):
+        assert f'"{kind}"' in text
+
+
+# --------------------------------------------------------------------------- defaults, search
+
+
+def test_default_config_uses_xdg_data_home(tmp_path, environ):
+    environ["XDG_DATA_HOME"] = str(tmp_path / "xdg")
+    config = default_config(environ)
+    base = tmp_path / "xdg" / "slowdown"
+    assert config.source is None
+    assert config.database == base / "slowdown.db"
+    (local,) = config.targets
+    assert local == Target("local", base / "workspace", DataSize(bytes=64 * MIB), 1000, 10, 3901)
+    assert config.workspace(local) == base / "workspace" / ".slowdown" / config.host
+    assert config.metrics is None and config.alerts == ()
+
+
+def test_default_config_falls_back_to_home(environ):
+    base = Path(environ["HOME"]) / ".local" / "share" / "slowdown"
+    assert default_config(environ).database == base / "slowdown.db"
+    environ["XDG_DATA_HOME"] = "relative/ignored"
+    assert default_config(environ).database == base / "slowdown.db"
+
+
+def test_default_config_under_systemd(environ):
+    environ["STATE_DIRECTORY"] = "/var/lib/slowdown:/var/lib/other"
+    config = default_config(environ)
+    assert config.database == Path("/var/lib/slowdown/slowdown.db")
+    assert config.targets[0].path == Path("/var/lib/slowdown/workspace")
+
+
+def test_search_order(tmp_path, environ):
+    system = write(tmp_path, MINIMAL, "system.toml")
+    user_dir = Path(environ["HOME"]) / ".config" / "slowdown"
+    explicit = write(tmp_path, MINIMAL, "explicit.toml")
+    from_env = write(tmp_path, MINIMAL, "env.toml")
+
+    assert find_config_path(None, environ, system_path=tmp_path / "absent.toml") is None
+    assert find_config_path(None, environ, system_path=system) == system
+    user_dir.mkdir(parents=True)
+    user = write(user_dir, MINIMAL)
+    assert find_config_path(None, environ, system_path=system) == user
+    environ["SLOWDOWN_CONFIG"] = str(from_env)
+    assert find_config_path(None, environ, system_path=system) == from_env
+    assert find_config_path(explicit, environ, system_path=system) == explicit
+    assert find_config_path(str(explicit), environ, system_path=system) == explicit
+
+
+def test_search_respects_xdg_config_home(tmp_path, environ):
+    environ["XDG_CONFIG_HOME"] = str(tmp_path / "xdg")
+    (tmp_path / "xdg" / "slowdown").mkdir(parents=True)
+    user = write(tmp_path / "xdg" / "slowdown", MINIMAL)
+    assert find_config_path(None, environ, system_path=tmp_path / "absent") == user
+
+
+def test_explicit_or_env_path_must_exist(tmp_path, environ):
+    with pytest.raises(ConfigError, match="not found") as info:
+        find_config_path(tmp_path / "missing.toml", environ)
+    assert info.value.path == tmp_path / "missing.toml"
+    environ["SLOWDOWN_CONFIG"] = str(tmp_path / "gone.toml")
+    with pytest.raises(ConfigError, match=r"gone\.toml: configuration file not found"):
+        find_config_path(None, environ)
+    with pytest.raises(ConfigError, match="is a directory"):
+        find_config_path(tmp_path, environ)
+
+
+def test_load_without_any_file_gives_defaults(tmp_path, environ):
+    config = load(None, environ, system_path=tmp_path / "absent.toml")
+    assert config == default_config(environ)
+
+
+def test_load_finds_then_loads(tmp_path, environ):
+    system = write(tmp_path, MINIMAL.replace('"home"', '"sys"'), "system.toml")
+    config = load(None, environ, system_path=system)
+    assert config.source == system
+    assert config.targets[0].name == "sys"
+
+
+def test_file_without_targets_is_an_error(tmp_path, environ):
+    path = write(tmp_path, 'interval = "1s"\n')
+    (error,) = errors_of(path, environ)
+    assert "no [[target]] defined" in error.message
+    assert str(error).startswith(f"{path}: ")
+
+
+# --------------------------------------------------------------------------- mistakes
+
+MISTAKES = {
+    "unknown top-level key": (
+        """
+        intervall = "2s"  # <-
+        [[target]]
+        name = "home"
+        path = "/srv/home"
+        """,
+        "intervall",
+        "did you mean 'interval'",
+    ),
+    "unknown key in a target": (
+        """
+        [[target]]
+        name = "home"
+        path = "/srv/home"
+        pool_file = 100  # <-
+        """,
+        "target[1].pool_file",
+        "did you mean 'pool_files'",
+    ),
+    "unknown key in a table": (
+        MINIMAL
+        + """
+        [baseline]
+        period = "month"
+        expectd = "same"  # <-
+        """,
+        "baseline.expectd",
+        "did you mean 'expected'",
+    ),
+    "unknown key without a close match": (
+        MINIMAL + "[metrics]\nbanana = 1  # <-\n",
+        "metrics.banana",
+        "known keys: listen",
+    ),
+    "unknown key inside an inline action": (
+        MINIMAL
+        + """
+        [[alert]]
+        name = "a"
+        statistic = "q95"
+        window = "1m"
+        above = 2
+        action = { type = "command", argvv = ["/bin/true"], argv = ["/bin/true"] }  # <-
+        """,
+        "alert[1].action.argvv",
+        "did you mean 'argv'",
+    ),
+    "string where an integer is needed": (
+        """
+        [[target]]
+        name = "home"
+        path = "/srv/home"
+        pool_files = "100"  # <-
+        """,
+        "target[1].pool_files",
+        "expected an integer, got a string",
+    ),
+    "boolean where an integer is needed": (
+        """
+        [[target]]
+        name = "home"
+        path = "/srv/home"
+        pool_dirs = true  # <-
+        """,
+        "target[1].pool_dirs",
+        "got a boolean",
+    ),
+    "negative size": (
+        """
+        [[target]]
+        name = "home"
+        path = "/srv/home"
+        data_size = "-1GiB"  # <-
+        """,
+        "target[1].data_size",
+        "expected a size like 256GiB or a multiple of RAM like 4xRAM",
+    ),
+    "bad object size": (
+        """
+        [[target]]
+        name = "home"
+        path = "/srv/home"
+        object_size = "3.5B"  # <-
+        """,
+        "target[1].object_size",
+        "whole number of bytes",
+    ),
+    "pool not divisible into directories": (
+        """
+        [[target]]
+        name = "home"
+        path = "/srv/home"
+        pool_files = 1001  # <-
+        pool_dirs = 10
+        """,
+        "target[1].pool_files",
+        "multiple of pool_dirs",
+    ),
+    "interval zero": ('interval = "0s"  # <-\n' + MINIMAL, "interval", "longer than 0s"),
+    "interval above a minute": ('interval = "61s"  # <-\n' + MINIMAL, "interval", "at most 1m"),
+    "interval not a duration": ('interval = "fast"  # <-\n' + MINIMAL, "interval", "got 'fast'"),
+    "unknown statistic": (
+        'statistics = ["median", "p95"]  # <-\n' + MINIMAL,
+        "statistics[2]",
+        "unknown statistic 'p95'",
+    ),
+    "window not positive": ('windows = ["1m", "0s"]  # <-\n' + MINIMAL, "windows[2]", "0s"),
+    "window not whole minutes": ('windows = ["90s"]  # <-\n' + MINIMAL, "windows[1]", "minutes"),
+    "windows not an array": ('windows = "1m"  # <-\n' + MINIMAL, "windows", "expected an array"),
+    "windows over several lines": (
+        'windows = [  # <-\n  "1m",\n  "-10m",\n]\n' + MINIMAL,
+        "windows[2]",
+        "negative",
+    ),
+    "retention too short": ('retention = "10m"  # <-\n' + MINIMAL, "retention", "at least 1h"),
+    "histogram scale out of range": (
+        "histogram_scale = 9  # <-\n" + MINIMAL,
+        "histogram_scale",
+        "at most 8",
+    ),
+    "host with a slash": ('host = "a/b"  # <-\n' + MINIMAL, "host", "expected a name"),
+    "target name not unique": (
+        MINIMAL
+        + """
+        [[target]]
+        name = "home"  # <-
+        path = "/srv/other"
+        """,
+        "target[2].name",
+        "already the name of target[1]",
+    ),
+    "target name with spaces": (
+        """
+        [[target]]
+        name = "my home"  # <-
+        path = "/srv/home"
+        """,
+        "target[1].name",
+        "expected a name",
+    ),
+    "target path relative": (
+        """
+        [[target]]
+        name = "home"
+        path = "srv/home"  # <-
+        """,
+        "target[1].path",
+        "absolute path",
+    ),
+    "two targets in one directory": (
+        MINIMAL
+        + """
+        [[target]]
+        name = "other"
+        path = "/srv/home/"  # <-
+        """,
+        "target[2].path",
+        "same directory as target[1]",
+    ),
+    "target without path": (
+        MINIMAL
+        + """
+        [[target]]  # <-
+        name = "work"
+        """,
+        "target[2].path",
+        "missing",
+    ),
+    "single table instead of array of tables": (
+        """
+        [target]  # <-
+        name = "home"
+        path = "/srv/home"
+        """,
+        "target",
+        "two brackets",
+    ),
+    "listen without port": (
+        MINIMAL + '[metrics]\nlisten = "localhost"  # <-\n',
+        "metrics.listen",
+        "host:port",
+    ),
+    "listen port out of range": (
+        MINIMAL + '[metrics]\nlisten = "127.0.0.1:70000"  # <-\n',
+        "metrics.listen",
+        "1..65535",
+    ),
+    "listen on a malformed address": (
+        MINIMAL + '[metrics]\nlisten = "127.0.0.256:9877"  # <-\n',
+        "metrics.listen",
+        "not an IPv4 address",
+    ),
+    "listen port zero": (
+        MINIMAL + '[metrics]\nlisten = "127.0.0.1:0"  # <-\n',
+        "metrics.listen",
+        "1..65535",
+    ),
+    "listen on no named address": (
+        MINIMAL + '[metrics]\nlisten = ":9877"  # <-\n',
+        "metrics.listen",
+        "explicitly",
+    ),
+    "expected not same or median": (
+        MINIMAL + '[baseline]\nexpected = "mean"  # <-\n',
+        "baseline.expected",
+        "expected one of 'same', 'median'",
+    ),
+    "period not month": (
+        MINIMAL + '[baseline]\nperiod = "week"  # <-\n',
+        "baseline.period",
+        "'month'",
+    ),
+    "dotted key": (
+        'baseline.expected = "q95"  # <-\n' + MINIMAL,
+        "baseline.expected",
+        "expected one of",
+    ),
+    "quoted key": (
+        """
+        [[target]]
+        name = "home"
+        path = "/srv/home"
+        "pool files" = 10  # <-
+        """,
+        'target[1]."pool files"',
+        "unknown key",
+    ),
+}
+
+ALERT = """
+[[target]]
+name = "home"
+path = "/srv/home"
+
+[[target]]
+name = "work"
+path = "/srv/work"
+
+[[alert]]
+name = "slow"
+"""
+
+ALERT_MISTAKES = {
+    "critical below above": (
+        """
+        statistic = "q95"
+        window = "10m"
+        above = 10
+        critical = 5  # <-
+        action = { type = "command", argv = ["/bin/true"] }
+        """,
+        "alert[1].critical",
+        "must be >= above",
+    ),
+    "alert target names no target": (
+        """
+        target = "wrok"  # <-
+        statistic = "q95"
+        window = "10m"
+        above = 10
+        action = { type = "command", argv = ["/bin/true"] }
+        """,
+        "alert[1].target",
+        "did you mean 'work'",
+    ),
+    "alert target list entry names no target": (
+        """
+        target = ["home", "scratch*"]  # <-
+        statistic = "q95"
+        window = "10m"
+        above = 10
+        action = { type = "command", argv = ["/bin/true"] }
+        """,
+        "alert[1].target[2]",
+        "'scratch*' matches no [[target]]",
+    ),
+    "op glob matches no op": (
+        """
+        op = "meta-*"  # <-
+        statistic = "q95"
+        window = "10m"
+        above = 10
+        action = { type = "command", argv = ["/bin/true"] }
+        """,
+        "alert[1].op",
+        "matches no op",
+    ),
+    "unknown statistic in an alert": (
+        """
+        statistic = "q95.55"  # <-
+        window = "10m"
+        above = 10
+        action = { type = "command", argv = ["/bin/true"] }
+        """,
+        "alert[1].statistic",
+        "unknown statistic",
+    ),
+    "slowdown alert without statistic": (
+        """
+        window = "10m"
+        above = 10
+        action = { type = "command", argv = ["/bin/true"] }
+        """,
+        "alert[1].statistic",
+        "missing",
+    ),
+    "alert without a level": (
+        """
+        statistic = "q95"
+        window = "10m"
+        action = { type = "command", argv = ["/bin/true"] }
+        """,
+        "alert[1].above",
+        "above, critical or both",
+    ),
+    "slowdown threshold not a number": (
+        """
+        statistic = "q95"
+        window = "10m"
+        above = "10x"  # <-
+        action = { type = "command", argv = ["/bin/true"] }
+        """,
+        "alert[1].above",
+        "expected a number",
+    ),
+    "error rate above one": (
+        """
+        kind = "error_rate"
+        window = "10m"
+        above = 1.5  # <-
+        action = { type = "command", argv = ["/bin/true"] }
+        """,
+        "alert[1].above",
+        "fraction",
+    ),
+    "stuck threshold not a duration": (
+        """
+        kind = "stuck"
+        window = "1m"
+        above = "soon"  # <-
+        action = { type = "command", argv = ["/bin/true"] }
+        """,
+        "alert[1].above",
+        "expected a duration",
+    ),
+    "unknown kind": (
+        """
+        kind = "latency"  # <-
+        window = "1m"
+        above = 1
+        action = { type = "command", argv = ["/bin/true"] }
+        """,
+        "alert[1].kind",
+        "'slowdown', 'error_rate', 'stuck'",
+    ),
+    "for not a duration": (
+        """
+        statistic = "q95"
+        window = "10m"
+        above = 10
+        for = "a while"  # <-
+        action = { type = "command", argv = ["/bin/true"] }
+        """,
+        "alert[1].for",
+        "expected a duration",
+    ),
+    "missing action": (
+        """
+        statistic = "q95"
+        window = "10m"
+        above = 10
+        """,
+        "alert[1].action",
+        "missing",
+    ),
+    "unknown action type": (
+        """
+        statistic = "q95"
+        window = "10m"
+        above = 10
+        action = { type = "pager", number = "555" }  # <-
+        """,
+        "alert[1].action.type",
+        "got 'pager'",
+    ),
+    "command argv empty": (
+        """
+        statistic = "q95"
+        window = "10m"
+        above = 10
+        action = { type = "command", argv = [] }  # <-
+        """,
+        "alert[1].action.argv",
+        "empty",
+    ),
+    "command argv a string": (
+        """
+        statistic = "q95"
+        window = "10m"
+        above = 10
+        action = { type = "command", argv = "/bin/open-ticket {target}" }  # <-
+        """,
+        "alert[1].action.argv",
+        "without a shell",
+    ),
+    "command argv not all strings, in a multi-line array": (
+        """
+        statistic = "q95"
+        window = "10m"
+        above = 10
+        action = [  # <-
+            { type = "command", argv = ["/bin/true"] },
+            { type = "command", argv = ["/bin/x", 1] },
+        ]
+        """,
+        "alert[1].action[2].argv",
+        "array of strings",
+    ),
+    "webhook url not http": (
+        """
+        statistic = "q95"
+        window = "10m"
+        above = 10
+
+        [[alert.action]]
+        type = "command"
+        argv = ["/bin/true"]
+
+        [[alert.action]]
+        type = "webhook"
+        url = "ftp://example.org/hook"  # <-
+        """,
+        "alert[1].action[2].url",
+        "http:// or https://",
+    ),
+    "webhook with two token sources": (
+        """
+        statistic = "q95"
+        window = "10m"
+        above = 10
+        [alert.action]
+        type = "webhook"
+        url = "https://example.org/hook"
+        token_file = "/etc/token"
+        token_env = "TOKEN"  # <-
+        """,
+        "alert[1].action.token_env",
+        "not both",
+    ),
+    "email with a bad address": (
+        """
+        statistic = "q95"
+        window = "10m"
+        above = 10
+        action = { type = "email", to = ["ops@example.org", "nobody"] }  # <-
+        """,
+        "alert[1].action.to",
+        "e-mail address",
+    ),
+    "email port a string": (
+        """
+        statistic = "q95"
+        window = "10m"
+        above = 10
+        action = { type = "email", to = "ops@example.org", smtp_port = "25" }  # <-
+        """,
+        "alert[1].action.smtp_port",
+        "expected an integer",
+    ),
+    "key of another action type": (
+        """
+        statistic = "q95"
+        window = "10m"
+        above = 10
+        action = { type = "command", argv = ["/bin/true"], url = "https://x.org" }  # <-
+        """,
+        "alert[1].action.url",
+        "known keys: type, argv, timeout",
+    ),
+    "multi-line strings do not confuse lines": (
+        '''
+        statistic = "q95"
+        above = 10
+        action = { type = "command", argv = ["/bin/x", """
+        [[target]]
+        window = "1m"
+        """] }
+        window = "90s"  # <-
+        ''',
+        "alert[1].window",
+        "whole minutes",
+    ),
+}
+
+
+def _cases():
+    for name, (text, key, fragment) in MISTAKES.items():
+        yield pytest.param(textwrap.dedent(text).lstrip("\n"), key, fragment, id=name)
+    for name, (text, key, fragment) in ALERT_MISTAKES.items():
+        full = ALERT.lstrip("\n") + textwrap.dedent(text).lstrip("\n")
+        yield pytest.param(full, key, fragment, id=name)
+
+
+@pytest.mark.parametrize(("text", "key", "fragment"), list(_cases()))
+def test_each_mistake_names_key_and_line(tmp_path, environ, text, key, fragment):
+    path = write(tmp_path, text)
+    errors = errors_of(path, environ)
+    assert len(errors) == 1, [str(e) for e in errors]
+    (error,) = errors
+    assert error.key == key
+    assert fragment in error.message
+    assert error.path == path
+    # Unmarked cases are missing keys: reported at the header of their [[alert]].
+    expected = marked_line(text) if "# <-" in text else text.splitlines().index("[[alert]]") + 1
+    assert error.line == expected
+    assert str(error).startswith(f"{path}:{expected}: {key}: ")
+
+
+def test_missing_key_points_at_its_table(tmp_path, environ):
+    text = MINIMAL + '\n[[target]]\nname = "work"\n'
+    (error,) = errors_of(write(tmp_path, text), environ)
+    assert (error.key, error.line) == ("target[2].path", text.lstrip("\n").count("\n") - 1)
+
+
+def test_several_errors_are_collected_in_file_order(tmp_path, environ):
+    text = """
+    interval = "0s"
+    statistics = ["q101"]
+
+    [[target]]
+    name = "home"
+    path = "relative"
+    pool_dirs = -1
+
+    [metrics]
+    listen = "nowhere"
+    """
+    path = write(tmp_path, text)
+    with pytest.raises(ConfigErrors) as info:
+        load_config(path, environ)
+    errors = info.value.errors
+    assert [(e.line, e.key) for e in errors] == [
+        (1, "interval"),
+        (2, "statistics[1]"),
+        (6, "target[1].path"),
+        (7, "target[1].pool_dirs"),
+        (10, "metrics.listen"),
+    ]
+    lines = str(info.value).splitlines()
+    assert len(lines) == 5
+    assert lines[0].startswith(f"{path}:1: interval: ")
+    assert lines[4].startswith(f"{path}:10: metrics.listen: ")
+
+
+def test_syntax_error_has_its_line(tmp_path, environ):
+    path = write(tmp_path, MINIMAL.lstrip("\n") + "pool_files = 10 000\n")
+    (error,) = errors_of(path, environ)
+    assert error.line == 4
+    assert error.message.startswith("TOML syntax error")
+    assert str(error).startswith(f"{path}:4: TOML syntax error")
+
+
+def test_syntax_error_at_end_of_document(tmp_path, environ):
+    path = write(tmp_path, 'windows = ["1m",\n')
+    (error,) = errors_of(path, environ)
+    assert error.line == 1
+    assert "TOML syntax error" in error.message
+
+
+def test_unreadable_and_non_utf8_files(tmp_path, environ):
+    path = tmp_path / "latin1.toml"
+    path.write_bytes(b'interval = "1s"\n# caf\xe9\n')
+    (error,) = errors_of(path, environ)
+    assert (error.line, error.message) == (2, "not UTF-8 text")
+    (error,) = errors_of(tmp_path / "absent.toml", environ)
+    assert error.path == tmp_path / "absent.toml"
+
+
+def test_relative_database_is_taken_from_the_file_directory(tmp_path, environ):
+    (tmp_path / "etc").mkdir()
+    path = write(tmp_path / "etc", 'database = "../db/slowdown.db"\n' + MINIMAL)
+    assert load_config(path, environ).database == tmp_path / "etc" / ".." / "db" / "slowdown.db"
+
+
+def test_home_is_expanded_in_paths(tmp_path, environ):
+    config = loads('database = "~/x.db"\n' + MINIMAL.replace("/srv/home", "~"), environ=environ)
+    assert config.database == Path(environ["HOME"]) / "x.db"
+    assert config.targets[0].path == Path(environ["HOME"])
+
+
+# --------------------------------------------------------------------------- pieces
+
+
+def test_locator_tracks_tables_arrays_and_inline_values():
+    text = textwrap.dedent(
+        '''
+        a = 1
+        [t]
+        "quoted key" = 2
+        x.y = """
+        [fake]
+        z = 3
+        """
+        [[arr]]
+        k = [
+          { n = 1 },
+        ]
+        [[arr]]
+        [[arr.sub]]
+        m = 'it''s'
+        [[arr.sub]]
+        m = 4  # comment = 5
+        '''
+    ).lstrip("\n")
+    locator = config_module._Locator(text)
+    assert locator.line_of(("a",)) == 1
+    assert locator.line_of(("t", "quoted key")) == 3
+    assert locator.line_of(("t", "x", "y")) == 4
+    assert locator.line_of(("fake",)) is None
+    assert locator.line_of(("arr", 1, "k", 1, "n")) == 9
+    assert locator.line_of(("arr", 2)) == 12
+    assert locator.line_of(("arr", 2, "sub", 1, "m")) == 14
+    assert locator.line_of(("arr", 2, "sub", 2, "m")) == 16
+    assert locator.line_of(("arr", 2, "sub", 2, "other")) == 15
+
+
+def test_format_key():
+    assert format_key(("target", 2, "data_size")) == "target[2].data_size"
+    assert format_key(("alert", 1, "action", "argv")) == "alert[1].action.argv"
+    assert format_key(("windows", 3)) == "windows[3]"
+    assert format_key(("target", 1, "a b")) == 'target[1]."a b"'
+
+
+def test_config_error_rendering():
+    assert str(ConfigError("bad", path="f.toml", line=3, key="k")) == "f.toml:3: k: bad"
+    assert str(ConfigError("bad", path="f.toml", key="k")) == "f.toml: k: bad"
+    assert str(ConfigError("bad", path="f.toml")) == "f.toml: bad"
+    assert str(ConfigError("bad", key="k")) == "k: bad"
+    several = ConfigErrors([ConfigError("one", key="a"), ConfigError("two", key="b")])
+    assert str(several) == "a: one\nb: two"
+    assert isinstance(several, ConfigError)
+
+
+@pytest.mark.parametrize(
+    ("name", "quantile"),
+    [
+        ("median", 0.5),
+        ("max", 1.0),
+        ("mean", None),
+        ("q90", 0.9),
+        ("q95", 0.95),
+        ("q99", 0.99),
+        ("q5", 0.05),
+        ("q99.9", 0.999),
+    ],
+)
+def test_statistics(name, quantile):
+    assert is_statistic(name)
+    if quantile is None:
+        assert statistic_quantile(name) is None
+    else:
+        assert statistic_quantile(name) == pytest.approx(quantile)
+
+
+@pytest.mark.parametrize("name", ["q0", "q100", "q99.99", "p95", "q", "Median", "", "q9a", 95])
+def test_not_statistics(name):
+    assert not is_statistic(name)
+
+
+def test_named_statistics_and_ops_are_exposed():
+    assert all(is_statistic(name) for name in STATISTICS)
+    assert OPS == ("data-read", "data-write", "md-stat", "md-read", "md-delete", "md-write")
+
+
+def test_data_size_resolution():
+    gib = 1 << 30
+    assert DataSize(ram_factor=4.0).resolve(16 * gib) == 64 * gib
+    assert DataSize(ram_factor=0.5).resolve(3 * MIB + 12345) == MIB
+    assert DataSize(ram_factor=1.0).resolve(10 * MIB + 5) == 10 * MIB
+    assert DataSize(ram_factor=1e-9).resolve(gib) == MIB
+    assert DataSize(bytes=5 * MIB + 1).resolve() == 5 * MIB
+    assert DataSize(ram_factor=1.0).resolve() >= MIB
+    assert str(DataSize(ram_factor=4.0)) == "4xRAM"
+    assert str(DataSize(bytes=256 * gib)) == "256GiB"
+    assert DataSize.parse("4xRAM") == DataSize(ram_factor=4.0)
+    assert DataSize.parse("0.5 x ram") == DataSize(ram_factor=0.5)
+    assert DataSize.parse("1MiB") == DataSize(bytes=MIB)
+    for bad in ("0xRAM", "1KiB", "lots"):
+        with pytest.raises(ValueError):
+            DataSize.parse(bad)
+    with pytest.raises(ValueError):
+        DataSize()
+    with pytest.raises(ValueError):
+        DataSize(bytes=MIB, ram_factor=1.0)
+
+
+def test_alert_rule_matching(environ):
+    config = loads(
+        ALERT
+        + 'target = "wo*"\nop = ["md-st*", "data-read"]\nstatistic = "q95"\nwindow = "1m"\n'
+        + 'above = 3\naction = { type = "command", argv = ["/bin/true"] }\n',
+        environ=environ,
+    )
+    (rule,) = config.alerts
+    assert rule.matches("work", "md-stat")
+    assert rule.matches("work", "data-read")
+    assert not rule.matches("home", "md-stat")
+    assert not rule.matches("work", "md-write")
+    assert rule.actions[0].options["argv"] == ("/bin/true",)
+    with pytest.raises(TypeError):
+        rule.actions[0].options["argv"] = ()  # type: ignore[index]
+
+
+# --------------------------------------------------------------------------- check-config
+
+
+def _runner() -> CliRunner:
+    try:
+        return CliRunner(mix_stderr=False)  # click < 8.2 mixes stderr into output by default
+    except TypeError:
+        return CliRunner()
+
+
+def test_check_config_accepts_the_reference():
+    result = _runner().invoke(main, ["--config", str(REFERENCE), "check-config"])
+    assert result.exit_code == 0, result.output
+    assert f"configuration  {REFERENCE}" in result.output
+    assert "target work" in result.output
+    assert "/lustre/work/slowdown-probe/.slowdown/" in result.output
+    assert "alerts         2 (work-slow, any-stuck)" in result.output
+    assert result.output.rstrip().endswith("configuration OK")
+
+
+def test_check_config_lists_every_error(tmp_path):
+    text = 'interval = "0s"\n' + MINIMAL.lstrip("\n") + 'data_size = "huge"\n'
+    path = write(tmp_path, text)
+    result = _runner().invoke(main, ["--config", str(path), "check-config"])
+    assert result.exit_code == 2
+    assert result.stderr.splitlines() == [
+        f"{path}:1: interval: must be longer than 0s; got '0s'",
+        f"{path}:5: target[1].data_size: expected a size like 256GiB or a multiple of RAM "
+        "like 4xRAM; got 'huge'",
+    ]
+    assert "configuration OK" not in result.stdout
+
+
+def test_check_config_finds_the_file_through_the_environment(tmp_path):
+    path = write(tmp_path, MINIMAL)
+    result = _runner().invoke(main, ["check-config"], env={"SLOWDOWN_CONFIG": str(path)})
+    assert result.exit_code == 0, result.output
+    assert f"configuration  {path}" in result.output
+    assert "target home" in result.output
+
+
+def test_check_config_takes_the_file_as_an_argument_too(tmp_path):
+    path = write(tmp_path, MINIMAL)
+    result = _runner().invoke(main, ["check-config", str(path)])
+    assert result.exit_code == 0, result.output
+    assert f"configuration  {path}" in result.output
+
+
+def test_check_config_with_a_missing_file(tmp_path):
+    result = _runner().invoke(main, ["--config", str(tmp_path / "nope.toml"), "check-config"])
+    assert result.exit_code == 2
+    assert (
+        result.stderr.strip()
+        == f"{tmp_path / 'nope.toml'}: configuration file not found (--config)"
+    )
+
+
+def test_version_option():
+    result = _runner().invoke(main, ["--version"])
+    assert result.exit_code == 0
+    assert result.output.startswith("slowdown-probe, version ")
