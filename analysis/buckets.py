@@ -8,8 +8,10 @@ and go out through numpy for the vectorised paths.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING
 
-import numpy as np
+if TYPE_CHECKING:  # numpy is imported where arrays are used: short commands start faster
+    import numpy as np
 
 
 class BucketCounts:
@@ -35,6 +37,8 @@ class BucketCounts:
 
     def add_arrays(self, indices: np.ndarray, counts: np.ndarray | None = None) -> None:
         """Add many (index, count) pairs at once; repeated indices are summed."""
+        import numpy as np
+
         indices = np.asarray(indices, dtype=np.int64)
         if indices.size == 0:
             return
@@ -71,6 +75,8 @@ class BucketCounts:
 
     def arrays(self) -> tuple[np.ndarray, np.ndarray]:
         """Ascending indices and their counts as int64 arrays."""
+        import numpy as np
+
         pairs = sorted((i, c) for i, c in self.counts.items() if c)
         if not pairs:
             return np.empty(0, np.int64), np.empty(0, np.int64)
@@ -83,6 +89,8 @@ class BucketCounts:
 
 def sum_arrays(parts: Iterable[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
     """Merge many (indices, counts) pairs of one scale in a single vectorised pass."""
+    import numpy as np
+
     parts = list(parts)
     if not parts:
         return np.empty(0, np.int64), np.empty(0, np.int64)

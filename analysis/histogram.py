@@ -19,8 +19,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING
 
-import numpy as np
+if TYPE_CHECKING:
+    import numpy as np
 
 from .buckets import BucketCounts
 from .mapping import DEFAULT_SCALE, ExponentialMapping
@@ -83,6 +85,8 @@ class Histogram:
 
     def record_many(self, values: np.ndarray | Sequence[float]) -> None:
         """Record an array of values in one vectorised pass."""
+        import numpy as np
+
         values = np.asarray(values, dtype=np.float64).ravel()
         if values.size == 0:
             return

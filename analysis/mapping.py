@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_left
+from typing import TYPE_CHECKING
 
-import numpy as np
+if TYPE_CHECKING:
+    import numpy as np
 
 MIN_SCALE = -4  # as Prometheus native histograms
 MAX_SCALE = 12
@@ -26,7 +28,7 @@ DEFAULT_SCALE = 5
 class ExponentialMapping:
     """Maps positive values to bucket indices at one scale, and indices back to bounds."""
 
-    __slots__ = ("_bounds", "_bounds_np", "base", "relative_accuracy", "scale")
+    __slots__ = ("_bounds", "_bounds_array", "base", "relative_accuracy", "scale")
 
     def __init__(self, scale: int = DEFAULT_SCALE) -> None:
         if not isinstance(scale, int) or not MIN_SCALE <= scale <= MAX_SCALE:
@@ -39,7 +41,15 @@ class ExponentialMapping:
         # are exact binary fractions, so coarser scales pick exactly the same floats.
         sub = 1 << max(scale, 0)
         self._bounds = [2.0 ** (j / sub) for j in range(sub)]
-        self._bounds_np = np.array(self._bounds, dtype=np.float64)
+        self._bounds_array = None  # numpy copy, made on first vectorised use
+
+    @property
+    def _bounds_np(self) -> np.ndarray:
+        if self._bounds_array is None:
+            import numpy as np
+
+            self._bounds_array = np.array(self._bounds, dtype=np.float64)
+        return self._bounds_array
 
     def __repr__(self) -> str:
         return f"ExponentialMapping(scale={self.scale})"
@@ -60,6 +70,8 @@ class ExponentialMapping:
 
     def indices(self, values: np.ndarray) -> np.ndarray:
         """Bucket indices of an array of positive, finite values, in one vectorised pass."""
+        import numpy as np
+
         mantissa, exponent = np.frexp(np.asarray(values, dtype=np.float64))
         exponent = exponent.astype(np.int64)
         if self.scale >= 0:
@@ -79,6 +91,8 @@ class ExponentialMapping:
 
     def bounds(self, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Lower and upper edges of an array of indices, vectorised."""
+        import numpy as np
+
         idx = np.asarray(indices, dtype=np.int64)
         if self.scale >= 0:
             mask = (1 << self.scale) - 1

@@ -68,3 +68,18 @@ class Aggregate:
         self.first = min(starts) if starts else None
         ends = [t for t in (self.last, other.last) if t is not None]
         self.last = max(ends) if ends else None
+
+
+NODE_FIELDS = (
+    "load1", "cpu", "memory", "disk_read_bytes", "disk_write_bytes", "disk_reads",
+    "disk_writes", "net_rx_bytes", "net_tx_bytes",
+)
+
+
+@dataclass
+class NodeContext:
+    """What the node itself was doing in one minute, beside the filesystem's latencies."""
+
+    host: str
+    start: int
+    values: dict[str, float | int | None] = field(default_factory=dict)

@@ -83,6 +83,28 @@ MIGRATIONS: list[str] = [
         message  TEXT
     );
     """,
+    # 3: node context per minute (is it my node or the filesystem?) and service state.
+    """
+    CREATE TABLE node (
+        host             TEXT NOT NULL,
+        start            INTEGER NOT NULL,   -- unix seconds, UTC, start of the minute
+        load1            REAL,               -- 1-minute load average at the end of the minute
+        cpu              REAL,               -- percent of all CPUs busy over the minute
+        memory           REAL,               -- percent of memory in use
+        disk_read_bytes  INTEGER,            -- summed over the node's disks, in the minute
+        disk_write_bytes INTEGER,
+        disk_reads       INTEGER,
+        disk_writes      INTEGER,
+        net_rx_bytes     INTEGER,
+        net_tx_bytes     INTEGER,
+        PRIMARY KEY (host, start)
+    ) WITHOUT ROWID;
+    CREATE TABLE state (
+        key    TEXT PRIMARY KEY,
+        value  TEXT NOT NULL,                -- JSON
+        at     INTEGER NOT NULL
+    );
+    """,
 ]
 
 VERSION = len(MIGRATIONS)

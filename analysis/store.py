@@ -8,18 +8,17 @@ Writing a record whose (host, target, op, start) exists merges into it inside SQ
 from __future__ import annotations
 
 import glob
+import json
+import math
 import os
 import sqlite3
+import time
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
-
 from . import codec, schema
-from .buckets import BucketCounts, sum_arrays
-from .histogram import Histogram
-from .records import HOUR, MINUTE, Aggregate, Record
+from .records import HOUR, MINUTE, NODE_FIELDS, Aggregate, NodeContext, Record
 
 TABLES = {MINUTE: "minutes", HOUR: "hours"}
 _COLUMNS = "count, errors, skipped, sum, sumsq, min, max, stuck, hist"
@@ -63,42 +62,20 @@ class _HistSum:
     """SQL aggregate ``hist_sum(hist)``: the merge of many histogram blobs (for rollups)."""
 
     def __init__(self) -> None:
-        self.parts: dict[int, list[tuple[np.ndarray, np.ndarray]]] = {}
-        self.zero = 0
+        self.blobs: list[bytes] = []
 
     def step(self, blob: bytes) -> None:
-        scale, zero, indices, counts, _ = codec.decode_buckets(blob)
-        self.parts.setdefault(scale, []).append((indices, counts))
-        self.zero += zero
+        self.blobs.append(blob)
 
     def finalize(self) -> bytes:
-        return codec.encode(_merge_parts(self.parts, self.zero), moments=False)
+        return codec.encode(codec.merge_blobs(self.blobs), moments=False)
 
 
 def _hist_merge(a: bytes | None, b: bytes | None) -> bytes | None:
     """SQL function ``hist_merge(a, b)``: two histogram blobs merged into one."""
     if a is None or b is None:
         return a if b is None else b
-    both = _HistSum()
-    both.step(a)
-    both.step(b)
-    return both.finalize()
-
-
-def _merge_parts(parts: dict[int, list[tuple[np.ndarray, np.ndarray]]], zero: int) -> Histogram:
-    """One histogram from bucket arrays grouped by scale, at the coarsest scale among them."""
-    if not parts:
-        return Histogram()
-    scale = min(parts)
-    merged = [
-        (indices >> (s - scale), counts) for s, group in parts.items() for indices, counts in group
-    ]
-    indices, counts = sum_arrays(merged)
-    h = Histogram(scale)
-    h.buckets = BucketCounts(dict(zip(indices.tolist(), counts.tolist())))
-    h.zero_count = zero
-    h.count = zero + int(counts.sum())
-    return h
+    return codec.encode(codec.merge_blobs([a, b]), moments=False)
 
 
 def _upsert(table: str) -> str:
@@ -120,7 +97,8 @@ def _upsert(table: str) -> str:
 class Store:
     """One database file. Writers migrate the schema forward; readers only check it."""
 
-    def __init__(self, path: str | os.PathLike, readonly: bool = False, timeout: float = 10.0):
+    def __init__(self, path: str | os.PathLike, readonly: bool = False, timeout: float = 10.0,
+                 check_same_thread: bool = True):
         self.path = Path(path)
         self.readonly = readonly
         self._series: dict[tuple[str, str, str], int] = {}
@@ -129,10 +107,12 @@ class Store:
                 if not self.path.exists():
                     raise StoreError(f"{self.path}: no such database")
                 uri = f"file:{self.path.resolve()}?mode=ro"
-                self.conn = sqlite3.connect(uri, uri=True, timeout=timeout, isolation_level=None)
+                self.conn = sqlite3.connect(uri, uri=True, timeout=timeout, isolation_level=None,
+                                            check_same_thread=check_same_thread)
             else:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
-                self.conn = sqlite3.connect(self.path, timeout=timeout, isolation_level=None)
+                self.conn = sqlite3.connect(self.path, timeout=timeout, isolation_level=None,
+                                            check_same_thread=check_same_thread)
             self.conn.execute(f"PRAGMA busy_timeout = {int(timeout * 1000)}")
             version = schema.check(self.conn, str(self.path))  # before anything is written
             if readonly:
@@ -176,8 +156,12 @@ class Store:
             self._series[key] = sid
         return sid
 
-    def write(self, records: Iterable[Record]) -> int:
-        """Write (or merge into) records in one transaction; returns how many were written."""
+    def write(self, records: Iterable[Record], node: Iterable[NodeContext] = (),
+              state: dict[str, object] | None = None) -> int:
+        """Write (or merge into) records, node context and service state in one transaction.
+
+        Returns how many records were written.
+        """
         rows: dict[str, list[tuple]] = {}
         self.conn.execute("BEGIN IMMEDIATE")
         try:
@@ -194,6 +178,16 @@ class Store:
                 rows.setdefault(TABLES[rec.span], []).append(row)
             for table, table_rows in rows.items():
                 self.conn.executemany(_upsert(table), table_rows)
+            self.conn.executemany(
+                f"INSERT OR REPLACE INTO node (host, start, {', '.join(NODE_FIELDS)}) "
+                f"VALUES (?, ?{', ?' * len(NODE_FIELDS)})",
+                [(n.host, n.start, *(n.values.get(f) for f in NODE_FIELDS)) for n in node],
+            )
+            now = int(time.time())
+            self.conn.executemany(
+                "INSERT OR REPLACE INTO state (key, value, at) VALUES (?, ?, ?)",
+                [(k, json.dumps(v), now) for k, v in (state or {}).items()],
+            )
             self.conn.execute("COMMIT")
         except BaseException:
             self.conn.execute("ROLLBACK")
@@ -256,6 +250,30 @@ class Store:
         """All records of the selection merged into one (vectorised over the histograms)."""
         return aggregate([self], selection)
 
+    def state(self, key: str, default: object = None) -> object:
+        """A value of the service's state kept with the data (e.g. a rotation position)."""
+        row = self.conn.execute("SELECT value FROM state WHERE key = ?", (key,)).fetchone()
+        return default if row is None else json.loads(row[0])
+
+    def node(self, selection: Selection = Selection()) -> list[NodeContext]:
+        """Node context rows of the selection's hosts and time range, oldest first."""
+        clauses, params = [], []
+        if selection.hosts:
+            clauses.append("(" + " OR ".join("host GLOB ?" for _ in selection.hosts) + ")")
+            params.extend(selection.hosts)
+        if selection.start is not None:
+            clauses.append("start >= ?")
+            params.append(int(selection.start))
+        if selection.end is not None:
+            clauses.append("start < ?")
+            params.append(int(selection.end))
+        rows = self.conn.execute(
+            f"SELECT host, start, {', '.join(NODE_FIELDS)} FROM node "
+            f"WHERE {' AND '.join(clauses) or '1'} ORDER BY start, host",
+            params,
+        )
+        return [NodeContext(r[0], r[1], dict(zip(NODE_FIELDS, r[2:]))) for r in rows]
+
     def series(self) -> list[tuple[str, str, str]]:
         return [tuple(r) for r in self.conn.execute(
             "SELECT host, target, op FROM series ORDER BY host, target, op")]
@@ -273,31 +291,31 @@ class Store:
 def aggregate(stores: Sequence[Store], selection: Selection = Selection()) -> Aggregate:
     """Merge the selection over several database files (the hosts of a cluster)."""
     result = Aggregate()
-    parts: dict[int, list[tuple[np.ndarray, np.ndarray]]] = {}
-    zero = 0
-    h = result.histogram
-    h.min, h.max = np.inf, -np.inf
+    blobs: list[bytes] = []
+    total = total_sq = 0.0
+    lo, hi = math.inf, -math.inf
     columns = "r.count, r.errors, r.skipped, r.sum, r.sumsq, r.min, r.max, r.stuck, r.hist"
     for store in stores:
-        for _, _, _, _, start, count, errors, skipped, s, ss, lo, hi, stuck, blob in store._rows(
+        for _, _, _, _, start, count, errors, skipped, s, ss, mn, mx, stuck, blob in store._rows(
             selection, columns
         ):
-            scale, z, indices, counts, _ = codec.decode_buckets(blob)
-            parts.setdefault(scale, []).append((indices, counts))
-            zero += z
+            blobs.append(blob)
             result.errors += errors
             result.skipped += skipped
-            result.stuck = max(result.stuck, stuck)
+            if stuck > result.stuck:
+                result.stuck = stuck
             result.records += 1
-            result.first = start if result.first is None else min(result.first, start)
-            result.last = start if result.last is None else max(result.last, start)
+            if result.first is None or start < result.first:
+                result.first = start
+            if result.last is None or start > result.last:
+                result.last = start
             if count:
-                h.sum += s
-                h.sumsq += ss
-                h.min = min(h.min, lo)
-                h.max = max(h.max, hi)
-    merged = _merge_parts(parts, zero)
-    merged.sum, merged.sumsq, merged.min, merged.max = h.sum, h.sumsq, float(h.min), float(h.max)
+                total += s
+                total_sq += ss
+                lo = min(lo, mn)
+                hi = max(hi, mx)
+    merged = codec.merge_blobs(blobs)
+    merged.sum, merged.sumsq, merged.min, merged.max = total, total_sq, lo, hi
     result.histogram = merged
     return result
 

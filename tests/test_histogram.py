@@ -220,3 +220,23 @@ def test_invalid_scale_and_quantile():
         Histogram().quantile(1.5)
     with pytest.raises(ValueError):
         build([1.0]).downscale(6)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(latency_samples(), st.integers(min_value=2, max_value=6)),
+                min_size=1, max_size=8))
+def test_merge_blobs_dict_and_vector_paths_agree(parts):
+    """Blobs of mixed scales merge alike through dicts (few) and numpy (many)."""
+    hs = [build(values, scale) for values, scale in parts]
+    blobs = [codec.encode(h, moments=False) for h in hs]
+    by_dicts = codec.merge_blobs(blobs)
+    saved = codec.VECTOR_FROM
+    try:
+        codec.VECTOR_FROM = 0
+        by_numpy = codec.merge_blobs(blobs)
+    finally:
+        codec.VECTOR_FROM = saved
+    whole = Histogram.merged(hs)
+    for merged in (by_dicts, by_numpy):
+        assert merged.scale == whole.scale
+        assert merged.buckets == whole.buckets and merged.count == whole.count
