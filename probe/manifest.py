@@ -1,0 +1,315 @@
+"""What a workspace holds, on disk: the MANIFEST and the md rotation status file.
+
+The MANIFEST is the proof that a workspace is ours. Cleanup removes only what it lists, and
+prepare refuses any `.slowdown/<host>` directory without one (except an MD-Workbench pool it
+recognises and adopts). It is JSON, written atomically (temp file, fsync, os.replace):
+
+    {
+      "format": "slowdown-workspace", "version": 1,
+      "host": "node17", "target": "work", "uid": 1001,
+      "created": 1732190000.5,          # unix seconds, when prepare first started here
+      "completed": 1732190444.1,        # unix seconds, null until prepare finished
+      "complete": true,
+      "parents": [".slowdown"],         # dirs above the workspace prepare made (relative to
+                                        # the target path, innermost last; "." is the target)
+      "workspace_adopted": false,       # the workspace directory existed (an adopted pool)
+      "data": {"file": "data.bin", "size": 68719476736, "block_size": 1048576},
+      "pool": {
+        "dir": "md", "layout": "md-workbench", "rank": 0,
+        "dirs": ["0_0", "0_1", ...],    # every pool directory, in data-set order
+        "files_per_dir": 10000, "object_size": 3901,
+        "objects": "file-<i>",          # object i of data set d is md/0_<d>/file-<i>
+        "first_index": 0,               # lowest object index the pool ever held; the rotation
+                                        # only raises indices, so every object prepare or the
+                                        # probe made is file-<i> with i >= first_index
+        "position": 0,                  # rotation step when prepare finished (see below)
+        "adopted": false                # the pool was precreated by md-workbench
+      },
+      "state_files": ["md-workbench.status", "md-workbench.status.tmp", "MANIFEST.tmp"]
+    }
+
+The live rotation position is not kept in the MANIFEST (the probe would have to rewrite it):
+it lives in `md-workbench.status` next to it, in MD-Workbench's own `--run-info-file` format
+(`pos: <n>\\n`, read back with `fscanf("pos: %d")`, see IOR's src/md-workbench.c,
+store_position/return_position). MD-Workbench counts whole rounds (one object in every data
+set); the probe moves one object per tick, so a second line `slowdown-step: <k>` carries the
+exact step. md-workbench ignores that line and rewrites the file with `pos:` only; a loader
+then falls back to `pos * dirs`. Running `md-workbench -2 -o md -D=.. -P=.. -S=..` from inside
+the workspace directory therefore continues where the probe stopped, and the probe continues
+where md-workbench stopped.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+FORMAT = "slowdown-workspace"
+VERSION = 1
+MANIFEST_NAME = "MANIFEST"
+DATA_NAME = "data.bin"
+POOL_NAME = "md"
+STATUS_NAME = "md-workbench.status"  # md-workbench's default --run-info-file name
+BLOCK_SIZE = 1 << 20
+
+
+def tmp_name(name: str) -> str:
+    """The fixed temporary name used while `name` is replaced atomically."""
+    return name + ".tmp"
+
+
+STATE_FILES = (STATUS_NAME, tmp_name(STATUS_NAME), tmp_name(MANIFEST_NAME))
+
+_OPEN_NEW = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+class ManifestError(Exception):
+    """A MANIFEST or status file that is missing, unreadable or not ours."""
+
+
+def atomic_write(path: Path, data: bytes, *, fsync: bool = True) -> None:
+    """Replace `path` with `data` so a reader sees the old or the new content, never half.
+
+    The temporary file has a fixed name next to `path` (listed in the MANIFEST, so cleanup can
+    remove one left by a kill); O_NOFOLLOW keeps a planted symlink from redirecting the write.
+    """
+    tmp = path.with_name(tmp_name(path.name))
+    fd = os.open(tmp, _OPEN_NEW, 0o644)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        if fsync:
+            os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+
+
+# --- the md rotation status file (md-workbench --run-info-file) --------------------------
+
+_POS_RE = re.compile(rb"\A\s*pos:\s*([+-]?\d+)")
+_STEP_RE = re.compile(rb"^slowdown-step:\s*(\d+)\s*$", re.MULTILINE)
+
+
+def format_status(step: int, dirs: int) -> bytes:
+    """The status file for rotation step `step` of a pool with `dirs` data sets."""
+    return f"pos: {step // dirs}\nslowdown-step: {step}\n".encode()
+
+
+def parse_status(data: bytes, dirs: int, where: str = "status file") -> int:
+    """The rotation step recorded in a status file (ours or md-workbench's)."""
+    match = _POS_RE.match(data)
+    if match is None:
+        raise ManifestError(f"{where}: no 'pos: <n>' line (md-workbench run-info format)")
+    pos = int(match.group(1))
+    if pos < 0:
+        raise ManifestError(f"{where}: negative position {pos}")
+    step = _STEP_RE.search(data)
+    if step is not None:
+        k = int(step.group(1))
+        # Only trust our finer step while md-workbench has not moved the round since.
+        if k // dirs == pos:
+            return k
+    return pos * dirs
+
+
+def read_status(path: Path, dirs: int) -> int | None:
+    """The step in the status file at `path`, None when there is none."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise ManifestError(f"{path}: cannot open: {exc.strerror}") from exc
+    try:
+        data = os.read(fd, 4096)
+    finally:
+        os.close(fd)
+    return parse_status(data, dirs, str(path))
+
+
+def write_status(path: Path, step: int, dirs: int, *, fsync: bool = True) -> None:
+    atomic_write(path, format_status(step, dirs), fsync=fsync)
+
+
+# --- the MANIFEST ------------------------------------------------------------------------
+
+
+@dataclass
+class PoolEntry:
+    """The file pool as the MANIFEST lists it (MD-Workbench layout, rank 0)."""
+
+    dirs: int
+    files_per_dir: int
+    object_size: int
+    first_index: int = 0
+    position: int = 0
+    adopted: bool = False
+    rank: int = 0
+    dir: str = POOL_NAME
+
+    def dir_names(self) -> list[str]:
+        return [f"{self.rank}_{d}" for d in range(self.dirs)]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "dir": self.dir,
+            "layout": "md-workbench",
+            "rank": self.rank,
+            "dirs": self.dir_names(),
+            "files_per_dir": self.files_per_dir,
+            "object_size": self.object_size,
+            "objects": "file-<i>",
+            "first_index": self.first_index,
+            "position": self.position,
+            "adopted": self.adopted,
+        }
+
+    @classmethod
+    def from_json(cls, obj: Any, where: str) -> PoolEntry:
+        if not isinstance(obj, dict):
+            raise ManifestError(f"{where}: 'pool' is not an object")
+        names = obj.get("dirs")
+        if not isinstance(names, list):
+            raise ManifestError(f"{where}: 'pool.dirs' must be a list")
+        pool = cls(
+            dirs=len(names),
+            files_per_dir=_int(obj, "files_per_dir", where),
+            object_size=_int(obj, "object_size", where),
+            first_index=_int(obj, "first_index", where),
+            position=_int(obj, "position", where),
+            adopted=bool(obj.get("adopted", False)),
+            rank=_int(obj, "rank", where),
+            dir=_str(obj, "dir", where),
+        )
+        if obj.get("layout") != "md-workbench" or names != pool.dir_names():
+            raise ManifestError(f"{where}: pool.dirs or pool.layout is not an md-workbench list")
+        if pool.dir != POOL_NAME or pool.dirs < 1 or pool.files_per_dir < 1:
+            raise ManifestError(f"{where}: pool.dir/dirs/files_per_dir out of range")
+        return pool
+
+
+@dataclass
+class Manifest:
+    """Everything prepare created in one workspace, and the settings it created it with."""
+
+    host: str
+    target: str
+    uid: int
+    created: float
+    data_size: int
+    pool: PoolEntry
+    complete: bool = False
+    completed: float | None = None
+    parents: list[str] = field(default_factory=list)
+    workspace_adopted: bool = False
+    block_size: int = BLOCK_SIZE
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "format": FORMAT,
+            "version": VERSION,
+            "host": self.host,
+            "target": self.target,
+            "uid": self.uid,
+            "created": self.created,
+            "completed": self.completed,
+            "complete": self.complete,
+            "parents": list(self.parents),
+            "workspace_adopted": self.workspace_adopted,
+            "data": {"file": DATA_NAME, "size": self.data_size, "block_size": self.block_size},
+            "pool": self.pool.to_json(),
+            "state_files": list(STATE_FILES),
+        }
+
+    def dumps(self) -> bytes:
+        return (json.dumps(self.to_json(), indent=2) + "\n").encode()
+
+    @classmethod
+    def loads(cls, data: bytes, where: str) -> Manifest:
+        try:
+            obj = json.loads(data)
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise ManifestError(f"{where}: not JSON: {exc}") from exc
+        if not isinstance(obj, dict) or obj.get("format") != FORMAT:
+            raise ManifestError(f"{where}: not a slowdown workspace MANIFEST")
+        if obj.get("version") != VERSION:
+            raise ManifestError(f"{where}: unsupported MANIFEST version {obj.get('version')!r}")
+        data_obj = obj.get("data")
+        if not isinstance(data_obj, dict) or data_obj.get("file") != DATA_NAME:
+            raise ManifestError(f"{where}: 'data' must name {DATA_NAME}")
+        parents = obj.get("parents", [])
+        if not isinstance(parents, list) or not all(
+            isinstance(p, str) and _relative_ok(p) for p in parents
+        ):
+            raise ManifestError(f"{where}: 'parents' must be relative directory names")
+        completed = obj.get("completed")
+        return cls(
+            host=_str(obj, "host", where),
+            target=_str(obj, "target", where),
+            uid=_int(obj, "uid", where),
+            created=_num(obj, "created", where),
+            data_size=_int(data_obj, "size", where),
+            block_size=_int(data_obj, "block_size", where),
+            pool=PoolEntry.from_json(obj.get("pool"), where),
+            complete=bool(obj.get("complete", False)),
+            completed=None if completed is None else _num(obj, "completed", where),
+            parents=list(parents),
+            workspace_adopted=bool(obj.get("workspace_adopted", False)),
+        )
+
+
+def read_manifest(workspace: Path, *, dir_fd: int | None = None) -> Manifest | None:
+    """The workspace's MANIFEST, None when it has none; never follows a symlink."""
+    where = str(workspace / MANIFEST_NAME)
+    try:
+        fd = os.open(MANIFEST_NAME if dir_fd is not None else where,
+                     os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise ManifestError(f"{where}: cannot open: {exc.strerror}") from exc
+    try:
+        chunks = []
+        while True:
+            chunk = os.read(fd, 1 << 16)
+            if not chunk:
+                break
+            chunks.append(chunk)
+    finally:
+        os.close(fd)
+    return Manifest.loads(b"".join(chunks), where)
+
+
+def write_manifest(workspace: Path, manifest: Manifest) -> None:
+    atomic_write(workspace / MANIFEST_NAME, manifest.dumps())
+
+
+def _relative_ok(p: str) -> bool:
+    return p == "." or (not p.startswith("/") and ".." not in Path(p).parts and p != "")
+
+
+def _int(obj: dict, key: str, where: str) -> int:
+    value = obj.get(key)
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise ManifestError(f"{where}: '{key}' must be a non-negative integer")
+    return value
+
+
+def _num(obj: dict, key: str, where: str) -> float:
+    value = obj.get(key)
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        raise ManifestError(f"{where}: '{key}' must be a number")
+    return float(value)
+
+
+def _str(obj: dict, key: str, where: str) -> str:
+    value = obj.get(key)
+    if not isinstance(value, str) or not value:
+        raise ManifestError(f"{where}: '{key}' must be a non-empty string")
+    return value
