@@ -13,6 +13,7 @@ loads the file once and, on mistakes, prints every error and exits 2::
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,7 +28,9 @@ from slowdown.analysis.config import (
     load_config,
 )
 from slowdown.analysis.config import default_config as _default_config
-from slowdown.analysis.units import format_duration, format_size
+from slowdown.analysis.units import format_duration, format_size, parse_duration
+
+from .workspace_cli import cleanup_command, prepare_command
 
 EXIT_CONFIG_ERROR = 2
 
@@ -148,6 +151,40 @@ def describe_config(config: Config, environ: Mapping[str, str] = os.environ) -> 
     lines.append("configuration OK")
     return lines
 
+
+@main.command("run")
+@click.option("--duration", type=str, default=None,
+              help="Stop after this long (e.g. 90s, 10m): for demos and tests.")
+@click.option("--prepare", "prepare_first", is_flag=True,
+              help="Prepare missing or unfinished workspaces before probing.")
+@click.option("-v", "--verbose", is_flag=True, help="Log debug messages too.")
+@pass_probe_context
+def run(probe: ProbeContext, duration: str | None, prepare_first: bool, verbose: bool) -> None:
+    """Run the probing service (in the foreground; systemd runs it as a notify service)."""
+    from . import logs
+    from .service import run_service
+
+    seconds = None
+    if duration is not None:
+        try:
+            seconds = parse_duration(duration)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="--duration") from None
+    config = probe.config()
+    logs.setup(verbose)
+    if prepare_first:
+        from .workspace import WorkspaceError, prepare
+
+        for target in config.targets:
+            try:
+                prepare(target, config.host, progress=sys.stderr.isatty())
+            except (WorkspaceError, OSError) as exc:
+                raise click.ClickException(f"target {target.name}: {exc}") from None
+    sys.exit(run_service(config, duration=seconds))
+
+
+main.add_command(prepare_command, "prepare")
+main.add_command(cleanup_command, "cleanup")
 
 if __name__ == "__main__":  # pragma: no cover
     main()

@@ -1,0 +1,265 @@
+"""One target's probing, seen from the service: dispatch ticks, watch ops in flight, survive hangs.
+
+The service's scheduled job calls ``TargetRunner.tick()`` every interval. The call never
+blocks: it writes one line to an idle worker's pipe, or counts the tick as skipped when the
+previous run is still going. A reader thread per worker turns the worker's answers into
+results for the recorder. A worker stuck longer than ``abandon_after`` is abandoned: no more
+ticks go to it, a fresh worker takes over, and the old one is still listened to, so the op it
+is stuck in is recorded whole, in the minute it completes, when the filesystem lets it go.
+At most ``max_abandoned`` stuck workers may pile up per target; past that, ticks are skipped.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .recorder import Recorder
+from .worker import OPS
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class InFlight:
+    """The op a worker is in, and since when (monotonic seconds)."""
+
+    tick: int
+    op: str
+    since: float
+
+
+class WorkerHandle:
+    """One worker process and the thread that reads its answers."""
+
+    def __init__(self, target: str, workspace: Path, on_message: Callable) -> None:
+        self.target = target
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "slowdown.probe.worker", str(workspace)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1,
+            close_fds=True, start_new_session=True,  # a terminal's Ctrl-C is the service's
+        )
+        self.pid = self.process.pid
+        self.in_flight: InFlight | None = None
+        self.abandoned = False
+        self._on_message = on_message
+        self._reader = threading.Thread(
+            target=self._read, name=f"worker-{target}-{self.pid}", daemon=True)
+        self._reader.start()
+
+    @property
+    def busy(self) -> bool:
+        return self.in_flight is not None
+
+    def send(self, message: dict) -> bool:
+        try:
+            self.process.stdin.write(json.dumps(message) + "\n")
+            self.process.stdin.flush()
+            return True
+        except (OSError, ValueError):
+            return False
+
+    def _read(self) -> None:
+        for line in self.process.stdout:
+            try:
+                message = json.loads(line)
+            except ValueError:
+                continue
+            self._on_message(self, message)
+        self._on_message(self, {"exit": True})
+
+    def abandon(self) -> None:
+        """Stop sending ticks; the worker finishes its op in flight, skips the rest, exits."""
+        self.abandoned = True
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(self.pid, signal.SIGUSR1)
+
+    def stop(self) -> None:
+        """Let an idle worker end by itself (end of input)."""
+        with contextlib.suppress(OSError):
+            self.process.stdin.close()
+
+    def kill(self) -> None:
+        """SIGKILL without waiting: a worker in uninterruptible sleep is reaped later."""
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(self.pid, signal.SIGKILL)
+
+    def reap(self) -> bool:
+        """True once the process has exited (never blocks)."""
+        return self.process.poll() is not None
+
+
+@dataclass
+class TargetStatus:
+    """What ``slowdown watch`` and the metrics show about a target, live."""
+
+    mode: str | None = None
+    last_tick: float | None = None  # wall time of the last dispatched tick
+    last_end: float | None = None  # wall time the last complete run ended
+    last: dict[str, dict] = field(default_factory=dict)  # op -> {"lat" or "err", "at"}
+    ticks: int = 0
+    skipped: int = 0
+    errors: int = 0
+
+
+class TargetRunner:
+    """Dispatches ticks for one target to its worker; never blocks the caller."""
+
+    def __init__(self, name: str, workspace: Path, recorder: Recorder, *,
+                 interval: float = 1.0, abandon_after: float = 30.0, max_abandoned: int = 2,
+                 clock: Callable[[], float] = time.monotonic,
+                 wall: Callable[[], float] = time.time) -> None:
+        self.name = name
+        self.workspace = workspace
+        self.recorder = recorder
+        self.interval = interval
+        self.abandon_after = abandon_after
+        self.max_abandoned = max_abandoned
+        self.clock = clock
+        self.wall = wall
+        self.status = TargetStatus()
+        self._lock = threading.Lock()
+        self._tick = 0
+        self._current: WorkerHandle | None = None
+        self._abandoned: list[WorkerHandle] = []
+        self._logged_mode = False
+        self._closed = False
+
+    # -- the service side --------------------------------------------------------------------
+
+    def tick(self) -> bool:
+        """Start one run of the probes; False when it had to be skipped."""
+        with self._lock:
+            if self._closed:
+                return False
+            now, wall = self.clock(), self.wall()
+            self._reap()
+            worker = self._current
+            if worker is not None and worker.busy:
+                age = now - worker.in_flight.since
+                if age < self.abandon_after or len(self._abandoned) >= self.max_abandoned:
+                    self.status.skipped += 1
+                    self.recorder.skipped(self.name, OPS, wall)
+                    return False
+                log.warning("target %s: worker %d stuck in %s for %.0f s; abandoned, starting "
+                            "another", self.name, worker.pid, worker.in_flight.op, age)
+                worker.abandon()
+                self._abandoned.append(worker)
+                worker = self._current = None
+            if worker is None:
+                worker = self._current = WorkerHandle(self.name, self.workspace, self._message)
+            self._tick += 1
+            worker.in_flight = InFlight(self._tick, OPS[0], now)
+            self.status.ticks += 1
+            self.status.last_tick = wall
+            if not worker.send({"tick": self._tick}):
+                worker.in_flight = None
+                self._current = None
+                worker.kill()
+                self.recorder.skipped(self.name, OPS, wall)
+                return False
+            return True
+
+    def in_flight(self) -> list[tuple[str, float, int]]:
+        """``(op, age seconds, worker pid)`` of every op in flight, current and abandoned."""
+        now = self.clock()
+        with self._lock:
+            handles = [h for h in [self._current, *self._abandoned] if h is not None]
+            return [(h.in_flight.op, now - h.in_flight.since, h.pid)
+                    for h in handles if h.in_flight is not None]
+
+    def note_stuck(self, wall: float | None = None) -> None:
+        """Record the age of ops in flight longer than the interval (at least once a minute)."""
+        wall = self.wall() if wall is None else wall
+        for op, age, _ in self.in_flight():
+            if age > self.interval:
+                self.recorder.stuck(self.name, op, age, wall)
+
+    def save_position(self) -> None:
+        """Ask an idle worker to persist the md rotation position (rarely: once a minute)."""
+        with self._lock:
+            worker = self._current
+            if worker is not None and not worker.busy:
+                worker.send({"save": True})
+
+    @property
+    def abandoned(self) -> int:
+        with self._lock:
+            return len(self._abandoned)
+
+    def close(self) -> None:
+        """Kill every worker without waiting for any (a hung one may never return)."""
+        with self._lock:
+            self._closed = True
+            handles = [h for h in [self._current, *self._abandoned] if h is not None]
+            self._current = None
+            self._abandoned = []
+        for handle in handles:
+            handle.stop()
+            handle.kill()
+
+    # -- the worker side (reader threads) ----------------------------------------------------
+
+    def _message(self, worker: WorkerHandle, message: dict) -> None:
+        now, wall = self.clock(), self.wall()
+        with self._lock:
+            flight = worker.in_flight
+            if "op" in message and flight is not None and message.get("tick") == flight.tick:
+                op = message["op"]
+                if message.get("skip"):
+                    pass
+                elif "err" in message:
+                    self.recorder.result(self.name, op, None, wall)
+                    self.status.errors += 1
+                    self.status.last[op] = {"err": message["err"], "msg": message.get("msg"),
+                                            "at": wall}
+                    self._log_error(op, message)
+                else:
+                    latency = float(message["lat"])
+                    self.recorder.result(self.name, op, latency, wall)
+                    self.status.last[op] = {"lat": latency, "at": wall}
+                following = OPS.index(op) + 1
+                if following < len(OPS):
+                    flight.op, flight.since = OPS[following], now
+            elif message.get("end") and flight is not None and message.get("tick") == flight.tick:
+                worker.in_flight = None
+                self.status.last_end = wall
+                self._note_mode(message.get("mode"))
+                if worker.abandoned:
+                    worker.stop()  # its late results are in; let it go
+            elif message.get("exit"):
+                if worker.in_flight is not None and not self._closed:
+                    log.error("target %s: worker %d exited during %s", self.name, worker.pid,
+                              worker.in_flight.op)
+                    self.recorder.result(self.name, worker.in_flight.op, None, wall)
+                    worker.in_flight = None
+                if worker is self._current:
+                    self._current = None
+            elif "saved" in message and not message["saved"]:
+                log.warning("target %s: cannot save the md position: %s", self.name,
+                            message.get("msg"))
+
+    def _note_mode(self, mode: str | None) -> None:
+        if mode and mode != self.status.mode:
+            self.status.mode = mode
+            level = logging.INFO if mode == "direct" else logging.WARNING
+            log.log(level, "target %s: data probe in %s mode%s", self.name, mode,
+                    "" if mode == "direct" else " (O_DIRECT refused: fadvise and fdatasync)")
+
+    def _log_error(self, op: str, message: dict) -> None:
+        log.warning("target %s: %s failed: %s %s", self.name, op, message["err"],
+                    message.get("msg") or "")
+
+    def _reap(self) -> None:
+        """Forget abandoned workers that have exited (called under the lock)."""
+        self._abandoned = [h for h in self._abandoned if not h.reap()]

@@ -1,0 +1,257 @@
+"""The probing service: ticks every interval, one minute flush, live state, systemd notify.
+
+Threads and who may block:
+- APScheduler's scheduler thread fires the jobs; the tick job only dispatches (never blocks);
+- the minute job writes the database (may be slow on a sick volume: it blocks nothing else);
+- the live-state job rewrites a small JSON file beside the database every interval;
+- the main thread sends the systemd watchdog and watches the scheduler, never a probe.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+import os
+import signal
+import threading
+import time
+import zlib
+from collections.abc import Callable
+from pathlib import Path
+
+from apscheduler.executors.pool import ThreadPoolExecutor
+from apscheduler.schedulers.background import BackgroundScheduler
+from apscheduler.triggers.interval import IntervalTrigger
+
+from slowdown.analysis.config import Config
+from slowdown.analysis.records import MINUTE, minute_of
+from slowdown.analysis.store import Store
+
+from .node import NodeSampler
+from .notify import Notifier
+from .recorder import Recorder
+from .runner import TargetRunner
+
+log = logging.getLogger(__name__)
+
+EXIT_DEADLINE = 9.0  # seconds after SIGTERM before the process exits whatever is stuck
+
+
+def phase_of(host: str, interval: float) -> float:
+    """A fixed per-host offset in [0, interval): a thousand nodes do not all probe at :00.000."""
+    return (zlib.crc32(host.encode()) % 1000) / 1000.0 * interval
+
+
+def live_path(database: Path) -> Path:
+    """Where the live state is published: beside the database, readable by ``slowdown watch``."""
+    return database.with_name(database.name + ".live.json")
+
+
+class Service:
+    def __init__(self, config: Config, *, duration: float | None = None,
+                 notifier: Notifier | None = None) -> None:
+        self.config = config
+        self.duration = duration
+        self.notifier = notifier or Notifier()
+        self.recorder = Recorder(config.host, config.scale)
+        self.runners = [
+            TargetRunner(t.name, config.workspace(t), self.recorder, interval=config.interval,
+                         abandon_after=config.abandon_after)
+            for t in config.targets
+        ]
+        self.node = NodeSampler(config.host)
+        self.stop_event = threading.Event()
+        self.phase = phase_of(config.host, config.interval)
+        self.live_file = live_path(config.database)
+        self.started = time.time()
+        self.jitter: list[float] = []  # tick start delay behind schedule, seconds
+        self._tick_mono = time.monotonic()
+        self._store: Store | None = None
+        self._flush_lock = threading.Lock()
+        self._last_rollup_hour: int | None = None
+        self.scheduler = BackgroundScheduler(
+            timezone=dt.timezone.utc,
+            executors={"default": ThreadPoolExecutor(4)},
+            job_defaults={"coalesce": True, "max_instances": 1,
+                          "misfire_grace_time": max(1, int(config.interval))},
+        )
+
+    # -- jobs --------------------------------------------------------------------------------
+
+    def _first_tick(self) -> dt.datetime:
+        now = time.time()
+        first = (now // self.config.interval + 1) * self.config.interval + self.phase
+        return dt.datetime.fromtimestamp(first, dt.timezone.utc)
+
+    def tick(self) -> None:
+        now = time.time()
+        interval = self.config.interval
+        late = (now - self.phase) % interval
+        self.jitter.append(late if late < interval / 2 else late - interval)
+        if len(self.jitter) > 100_000:
+            del self.jitter[:50_000]
+        self._tick_mono = time.monotonic()
+        for runner in self.runners:
+            runner.note_stuck(now)  # memory only: what the last tick left running
+        for runner in self.runners:
+            runner.tick()
+
+    def store(self) -> Store:
+        if self._store is None:
+            self._store = Store(self.config.database, check_same_thread=False)
+        return self._store
+
+    def flush(self, everything: bool = False) -> bool:
+        """Write every ended minute (or everything, at exit) in one transaction."""
+        with self._flush_lock:
+            now = time.time()
+            minute = minute_of(now)
+            for runner in self.runners:  # ops in flight at the minute's end count as stuck
+                runner.note_stuck(minute - 0.001)
+                runner.save_position()
+            # The node sample covers the time since the previous one: the minute that just
+            # ended, or at exit the current, partial minute.
+            self.recorder.node(self.node.sample(minute if everything else minute - MINUTE))
+            ok = self.recorder.flush(self.store, now, everything=everything)
+            if not ok:
+                self._store = None  # reopen next time: the volume may come back
+            elif minute // 3600 != self._last_rollup_hour:
+                self._last_rollup_hour = minute // 3600
+                self._rollup(now)
+            return ok
+
+    def _rollup(self, now: float) -> None:
+        try:
+            moved = self.store().rollup(int(now - self.config.retention))
+            if moved:
+                log.info("merged %d minute records older than the retention into hours", moved)
+        except Exception as exc:
+            log.error("rollup failed: %s", exc)
+
+    def tick_delays(self) -> dict[str, float]:
+        """How late ticks started behind their schedule: median, p99, max (seconds)."""
+        delays = sorted(self.jitter)
+        if not delays:
+            return {}
+        at = lambda q: delays[min(len(delays) - 1, int(q * len(delays)))]  # noqa: E731
+        return {"ticks": len(delays), "p50": at(0.5), "p99": at(0.99), "max": delays[-1]}
+
+    def publish_live(self, now: float | None = None) -> None:
+        """The live state, for ``slowdown watch``: replaced atomically, at most a second old.
+
+        A job of its own, half an interval after each tick: a slow volume under the live file
+        never delays a tick, and what it shows in flight has been running for half an interval.
+        """
+        now = time.time() if now is None else now
+        state = {
+            "host": self.config.host,
+            "pid": os.getpid(),
+            "started": self.started,
+            "updated": now,
+            "interval": self.config.interval,
+            "database": str(self.config.database),
+            "pending_minutes": self.recorder.pending_minutes(),
+            "targets": {
+                r.name: {
+                    "mode": r.status.mode,
+                    "last_tick": r.status.last_tick,
+                    "ticks": r.status.ticks,
+                    "skipped": r.status.skipped,
+                    "errors": r.status.errors,
+                    "abandoned_workers": r.abandoned,
+                    "in_flight": [{"op": op, "age": age, "pid": pid}
+                                  for op, age, pid in r.in_flight()],
+                    "last": r.status.last,
+                }
+                for r in self.runners
+            },
+        }
+        tmp = self.live_file.with_name(self.live_file.name + ".tmp")
+        try:
+            tmp.write_text(json.dumps(state))
+            os.replace(tmp, self.live_file)
+        except OSError as exc:
+            log.debug("cannot publish the live state: %s", exc)
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def _install_signals(self) -> None:
+        def stop(signum: int, _frame: object) -> None:
+            log.info("signal %d: stopping", signum)
+            self.stop_event.set()
+
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, stop)
+
+    def run(self) -> int:
+        cfg = self.config
+        self.config.database.parent.mkdir(parents=True, exist_ok=True)
+        self._install_signals()
+        self.scheduler.add_job(
+            self.tick, IntervalTrigger(seconds=cfg.interval, start_date=self._first_tick()),
+            id="tick", name="tick")
+        self.scheduler.add_job(
+            self.publish_live, IntervalTrigger(seconds=cfg.interval, start_date=self._first_tick()
+                                               + dt.timedelta(seconds=cfg.interval / 2)),
+            id="live", name="live state")
+        self.scheduler.add_job(self.flush, "cron", second=1, id="flush", name="minute flush")
+        self.scheduler.start()
+        log.info("probing %d target(s) every %gs (phase %.3fs) into %s",
+                 len(self.runners), cfg.interval, self.phase, cfg.database)
+        self.notifier.ready(f"probing {', '.join(r.name for r in self.runners)}")
+        deadline = None if self.duration is None else time.monotonic() + self.duration
+        beat = min(1.0, (self.notifier.watchdog_interval or 2.0) / 2)
+        while not self.stop_event.wait(beat):
+            self.notifier.watchdog()
+            self._watch_scheduler()
+            if deadline is not None and time.monotonic() >= deadline:
+                break
+        return self.shutdown()
+
+    def _watch_scheduler(self) -> None:
+        """A wall-clock step can leave the scheduler waiting for a time long gone or far off."""
+        if time.monotonic() - self._tick_mono > 5 * self.config.interval + 5:
+            log.warning("no tick for %.0f s (clock step?); rescheduling",
+                        time.monotonic() - self._tick_mono)
+            self._tick_mono = time.monotonic()
+            self.scheduler.reschedule_job(
+                "tick", trigger=IntervalTrigger(seconds=self.config.interval,
+                                                start_date=self._first_tick()))
+
+    def shutdown(self) -> int:
+        """Flush and exit within seconds even while a probe hangs."""
+        self.notifier.stopping()
+        killer = threading.Timer(EXIT_DEADLINE, _exit_now)
+        killer.daemon = True
+        killer.start()
+        self.scheduler.shutdown(wait=False)
+        for runner in self.runners:
+            runner.note_stuck()
+            runner.save_position()
+        time.sleep(0.05)  # let idle workers persist their position
+        for runner in self.runners:
+            runner.close()
+        ok = self.flush(everything=True)
+        self.publish_live(time.time())
+        if self._store is not None:
+            self._store.close()
+        killer.cancel()
+        delays = self.tick_delays()
+        if delays:
+            log.info("tick start delay over %d ticks: median %.2f ms, p99 %.2f ms, max %.2f ms",
+                     delays["ticks"], delays["p50"] * 1e3, delays["p99"] * 1e3,
+                     delays["max"] * 1e3)
+        log.info("stopped; %d records written", self.recorder.written)
+        return 0 if ok else 1
+
+
+def _exit_now() -> None:
+    log.error("exit deadline passed; leaving without waiting")
+    logging.shutdown()
+    os._exit(1)
+
+
+def run_service(config: Config, duration: float | None = None,
+                notifier_factory: Callable[[], Notifier] = Notifier) -> int:
+    return Service(config, duration=duration, notifier=notifier_factory()).run()

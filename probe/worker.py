@@ -1,0 +1,171 @@
+"""The probe worker: a long-lived child process that does one target's filesystem calls.
+
+Why a process of its own, started with ``subprocess``: a call stuck in a hung filesystem
+cannot be interrupted. In a thread it keeps the whole service from exiting, in a
+``multiprocessing`` child the parent hangs at exit waiting for it; a ``Popen`` child can be
+abandoned and the service still exits at once.
+
+Protocol, JSON lines. The service writes ``{"tick": N}`` (run the probes once) or
+``{"save": true}`` (persist the md rotation position) to stdin; the worker answers on
+stdout, one line per finished op, in the fixed order of ``OPS``::
+
+    {"tick": N, "op": "data-read", "lat": 0.00123}
+    {"tick": N, "op": "md-read", "lat": 0.0001, "err": "EIO", "msg": "..."}
+    {"tick": N, "end": true, "mode": "direct"}
+
+so the service always knows which op is in flight and since when. End of stdin ends the
+worker. SIGUSR1 says the service has abandoned this worker (it was stuck and another took
+over): the op in flight is still reported when it returns, the rest of the run is skipped
+(so two workers never rotate the same md pool at once) and the worker exits. This module
+imports nothing heavy: it starts in a few milliseconds and stays small.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import signal
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+DATA_READ = "data-read"
+DATA_WRITE = "data-write"
+OPS = (DATA_READ, DATA_WRITE, "md-stat", "md-read", "md-delete", "md-write")
+DATA_OPS = OPS[:2]
+MD_OPS = OPS[2:]
+
+Emit = Callable[[dict[str, Any]], None]
+
+
+class Abandoned(Exception):
+    """The service gave up on this worker; finish the op in flight, skip the rest."""
+
+
+_abandoned = False
+
+
+def _on_abandon(_signum: int, _frame: object) -> None:
+    global _abandoned
+    _abandoned = True
+
+
+def _error(exc: BaseException) -> dict[str, str]:
+    code = getattr(exc, "errno", None)
+    name = errno.errorcode.get(code, "ERROR") if isinstance(code, int) else type(exc).__name__
+    return {"err": name, "msg": str(exc)}
+
+
+class Probes:
+    """Both probes of one workspace, opened lazily so that a hung open counts as in flight."""
+
+    def __init__(self, workspace: Path) -> None:
+        self.workspace = workspace
+        self.data = None
+        self.md = None
+
+    def _open(self) -> None:
+        from .data_probe import DataProbe
+        from .md_probe import MdProbe
+
+        if self.md is None:
+            self.md = MdProbe.from_workspace(self.workspace)
+        if self.data is None:
+            self.data = DataProbe(self.workspace / "data.bin")
+
+    def tick(self, tick: int, emit: Emit) -> None:
+        try:
+            self._open()
+        except Exception as exc:  # workspace missing, EIO on open, ...: every op failed
+            failure = _error(exc)
+            for op in OPS:
+                emit({"tick": tick, "op": op, **failure})
+            emit({"tick": tick, "end": True, "mode": None})
+            return
+        reported: set[str] = set()
+
+        def report(message: dict[str, Any]) -> None:
+            emit(message)
+            reported.add(message["op"])
+            if _abandoned:
+                raise Abandoned
+
+        clock = time.perf_counter
+        try:
+            for op, call in ((DATA_READ, self.data.read_block),
+                             (DATA_WRITE, self.data.write_block)):
+                t0 = clock()
+                try:
+                    call()
+                    message = {"tick": tick, "op": op, "lat": clock() - t0}
+                except OSError as exc:
+                    message = {"tick": tick, "op": op, **_error(exc)}
+                report(message)
+
+            def md_result(op: str, latency: float | None, code: int) -> None:
+                message: dict[str, Any] = {"tick": tick, "op": op}
+                if code:
+                    message.update(err=errno.errorcode.get(code, str(code)),
+                                   msg=os.strerror(code))
+                else:
+                    message["lat"] = latency
+                report(message)
+
+            try:
+                self.md.step(on_op=md_result)
+            except Abandoned:
+                raise
+            except Exception as exc:  # a bug or a broken pool: report what was not reported
+                failure = _error(exc)
+                for op in MD_OPS:
+                    if op not in reported:
+                        emit({"tick": tick, "op": op, **failure})
+        except Abandoned:
+            for op in OPS:
+                if op not in reported:
+                    emit({"tick": tick, "op": op, "skip": True})
+        emit({"tick": tick, "end": True, "mode": self.data.mode})
+
+    def save(self) -> None:
+        if self.md is not None:
+            self.md.save_position()
+
+
+def main() -> int:
+    workspace = Path(sys.argv[1])
+    probes = Probes(workspace)
+    out = sys.stdout
+
+    def emit(message: dict[str, Any]) -> None:
+        out.write(json.dumps(message, separators=(",", ":")) + "\n")
+        out.flush()
+
+    signal.signal(signal.SIGUSR1, _on_abandon)
+    for line in sys.stdin:
+        if _abandoned:
+            break
+        try:
+            command = json.loads(line)
+        except ValueError:
+            continue
+        if "tick" in command:
+            probes.tick(int(command["tick"]), emit)
+            if _abandoned:
+                break
+        elif command.get("save"):
+            try:
+                probes.save()
+                emit({"saved": True})
+            except Exception as exc:
+                emit({"saved": False, **_error(exc)})
+    return 0
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except (BrokenPipeError, KeyboardInterrupt):
+        os._exit(0)

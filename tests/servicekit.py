@@ -1,0 +1,133 @@
+"""Helpers for tests that run the real service as a subprocess (never in the test process:
+a probe stuck in a hung filesystem must not be able to wedge the test runner)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from slowdown.analysis.store import Selection, Store
+
+
+@dataclass
+class TargetSpec:
+    name: str
+    path: Path
+    data_size: str = "16MiB"
+    pool_files: int = 100
+    pool_dirs: int = 10
+
+
+def write_config(path: Path, database: Path, targets: Iterable[TargetSpec], **top: str) -> Path:
+    lines = [f'database = "{database}"', 'host = "testhost"']
+    lines += [f'{key} = "{value}"' for key, value in top.items()]
+    for t in targets:
+        lines += [
+            "[[target]]",
+            f'name = "{t.name}"',
+            f'path = "{t.path}"',
+            f'data_size = "{t.data_size}"',
+            f"pool_files = {t.pool_files}",
+            f"pool_dirs = {t.pool_dirs}",
+        ]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def probe_cli(config: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "slowdown.probe.cli", "--config", str(config), *args],
+        capture_output=True, text=True, timeout=timeout,
+    )
+
+
+def start_service(config: Path, *args: str, env: dict | None = None) -> subprocess.Popen:
+    """The service, its output in files: a worker stuck in a hung filesystem outlives the
+    service and would keep a pipe open, so reading the service's output to EOF could block."""
+    with tempfile.NamedTemporaryFile(prefix="slowdown-service-", suffix=".log",
+                                     delete=False) as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "slowdown.probe.cli", "--config", str(config), "run", *args],
+            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+            env={**os.environ, **(env or {})},
+        )
+    proc.log_path = Path(log.name)  # type: ignore[attr-defined]
+    return proc
+
+
+def output(proc: subprocess.Popen) -> str:
+    return proc.log_path.read_text()  # type: ignore[attr-defined]
+
+
+def wait_service(proc: subprocess.Popen, timeout: float) -> str:
+    """Wait for a bounded run to end by itself; returns its output."""
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+        raise AssertionError(f"service still running after {timeout} s:\n{output(proc)}") from None
+    return output(proc)
+
+
+def stop_service(proc: subprocess.Popen, timeout: float = 15) -> tuple[float, str]:
+    """SIGTERM; returns (seconds until exit, output)."""
+    t0 = time.monotonic()
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+        raise AssertionError(f"service did not exit within {timeout} s:\n{output(proc)}") \
+            from None
+    return time.monotonic() - t0, output(proc)
+
+
+def live(database: Path) -> dict:
+    path = database.with_name(database.name + ".live.json")
+    return json.loads(path.read_text())
+
+
+def wait_for(predicate, timeout: float, step: float = 0.2, what: str = "condition"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(step)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+def wait_next_minute(margin: float = 2.0) -> None:
+    """Sleep until ``margin`` seconds past the next minute boundary (after the flush)."""
+    time.sleep(60 - time.time() % 60 + margin)
+
+
+def records(database: Path, **selection) -> list:
+    with Store(database, readonly=True) as store:
+        return list(store.records(Selection(**selection)))
+
+
+def seconds_of_minute() -> float:
+    return time.time() % 60
+
+
+def ops_by_minute(database: Path, target: str) -> dict[str, dict[int, object]]:
+    result: dict[str, dict[int, object]] = {}
+    for rec in records(database, targets=(target,)):
+        result.setdefault(rec.op, {})[rec.start] = rec
+    return result
+
+
+def environ_without_notify() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if k not in ("NOTIFY_SOCKET", "WATCHDOG_USEC")}

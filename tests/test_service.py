@@ -1,0 +1,185 @@
+"""The probing service end to end: the real `slowdown-probe run` on real and faulty filesystems."""
+
+from __future__ import annotations
+
+import os
+import statistics
+import time
+
+import pytest
+
+from tests.faultfs import FaultFS
+from tests.servicekit import (
+    TargetSpec,
+    live,
+    probe_cli,
+    records,
+    start_service,
+    stop_service,
+    wait_for,
+    wait_service,
+    write_config,
+)
+
+OPS = ("data-read", "data-write", "md-stat", "md-read", "md-delete", "md-write")
+
+
+def prepared(tmp_path, targets, **top) -> tuple:
+    database = tmp_path / "db" / "slowdown.db"
+    config = write_config(tmp_path / "slowdown.toml", database, targets, **top)
+    for t in targets:
+        t.path.mkdir(parents=True, exist_ok=True)
+    done = probe_cli(config, "prepare", "--no-progress")
+    assert done.returncode == 0, done.stderr
+    return config, database
+
+
+def pool_files(target_path) -> int:
+    ws = target_path / ".slowdown" / "testhost" / "md"
+    return sum(len(files) for _, _, files in os.walk(ws))
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_two_minutes_on_real_directories(tmp_path):
+    targets = [TargetSpec("one", tmp_path / "one"), TargetSpec("two", tmp_path / "two")]
+    config, database = prepared(tmp_path, targets)
+    data = [t.path / ".slowdown" / "testhost" / "data.bin" for t in targets]
+    sizes = [p.stat().st_size for p in data]
+    objects = [pool_files(t.path) for t in targets]
+    # Run through two whole minutes, and stop just after the second one is flushed.
+    duration = 60 - time.time() % 60 + 123
+    proc = start_service(config, "--duration", f"{duration:.0f}s")
+    err = wait_service(proc, duration + 30)
+    assert proc.returncode == 0, err
+    assert [p.stat().st_size for p in data] == sizes, "the data file grew"
+    assert [pool_files(t.path) for t in targets] == objects, "the md pool changed size"
+    for t in targets:
+        by_op: dict[str, list] = {}
+        for rec in records(database, targets=(t.name,)):
+            by_op.setdefault(rec.op, []).append(rec)
+        assert sorted(by_op) == sorted(OPS)
+        for op, recs in by_op.items():
+            whole = sorted(recs, key=lambda r: r.start)[1:-1]  # the minutes run through
+            assert len(whole) >= 2, (op, [r.start for r in recs])
+            for rec in whole:
+                assert 58 <= rec.histogram.count <= 61, (t.name, op, rec)
+                assert rec.errors == 0 and rec.skipped == 0, (t.name, op, rec)
+                assert 1e-7 < rec.histogram.min <= rec.histogram.max < 5.0, (t.name, op, rec)
+    assert "data probe in direct mode" in err
+
+
+@pytest.mark.timeout(180)
+def test_injected_latency_shows_up_in_the_records(tmp_path):
+    """50 ms more per read through FUSE shows as ~50 ms more on data-read and md-read."""
+    with FaultFS(tmp_path / "backing", tmp_path / "mnt") as fs:
+        target = TargetSpec("fuse", fs.mountpoint)
+        prepared(tmp_path, [target])
+        medians = []
+        for delay in (0.0, 0.05):
+            fs.clear()
+            if delay:
+                fs.delay(["read"], delay)
+            db = tmp_path / f"run-{delay}.db"
+            run_config = write_config(tmp_path / f"run-{delay}.toml", db, [target])
+            proc = start_service(run_config, "--duration", "14s")
+            err = wait_service(proc, 60)
+            assert proc.returncode == 0, err
+            runs = {op: [] for op in OPS}
+            for rec in records(db):
+                runs[rec.op].append(rec.histogram)
+            medians.append({op: statistics.median(
+                [h.quantile(0.5) for h in hs if h.count]) for op, hs in runs.items()})
+        fs.clear()
+    plain, slow = medians
+    for op in ("data-read", "md-read"):
+        assert 0.040 <= slow[op] - plain[op] <= 0.080, (op, plain[op], slow[op])
+    assert slow["data-write"] - plain["data-write"] < 0.02
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(400)
+def test_a_hung_target_reads_as_slow_and_never_delays_the_other(tmp_path):
+    with FaultFS(tmp_path / "backing", tmp_path / "mnt") as fs:
+        hung, healthy = TargetSpec("hung", fs.mountpoint), TargetSpec("healthy", tmp_path / "ok")
+        config, database = prepared(tmp_path, [hung, healthy], abandon_after="20s")
+        proc = start_service(config)
+        try:
+            wait_for(lambda: database.with_name("slowdown.db.live.json").exists(), 15,
+                     what="the live state")
+            started = live(database)["started"]
+            time.sleep(3)
+            hang_start = time.time()
+            fs.hang("*")
+            ages = []
+            while time.time() - hang_start < 60:  # the stuck age is visible live, growing
+                flights = live(database)["targets"]["hung"]["in_flight"]
+                ages.append(max((f["age"] for f in flights), default=0.0))
+                time.sleep(1)
+            assert max(ages) >= 55, ages
+            assert live(database)["targets"]["hung"]["abandoned_workers"] >= 1
+            fs.release()
+            wait_for(lambda: not live(database)["targets"]["hung"]["in_flight"], 15,
+                     what="the hung target to recover")
+            time.sleep(3)
+            fs.hang("*")  # hang again, and stop the service in the middle of it
+            wait_for(lambda: any(f["age"] > 2 for f in
+                                 live(database)["targets"]["hung"]["in_flight"]), 10,
+                     what="the second hang")
+            stopped_at = time.time()
+            took, err = stop_service(proc, timeout=20)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+            fs.release()
+    assert took < 10, f"exit took {took:.1f} s"
+    assert proc.returncode == 0, err
+    healthy_ops = [r for r in records(database, targets=("healthy",)) if r.op == "data-read"]
+    completed = sum(r.histogram.count for r in healthy_ops)
+    expected = stopped_at - started - 2  # the first tick comes within two seconds
+    assert completed >= 0.99 * expected, (completed, expected)
+    assert sum(r.skipped for r in healthy_ops) == 0
+    hung_recs = records(database, targets=("hung",))
+    assert max(r.stuck for r in hung_recs) >= 30, "no minute recorded the stuck age"
+    longest = max(r.histogram.max for r in hung_recs if r.histogram.count)
+    assert 55 <= longest <= 75, f"the hung op was not recorded whole: {longest}"
+    # Every minute that ended before the stop is stored, for both targets.
+    minutes = {r.start for r in records(database) if r.start < int(stopped_at) // 60 * 60}
+    first = min(minutes)
+    assert minutes == set(range(first, int(stopped_at) // 60 * 60, 60))
+
+
+@pytest.mark.timeout(180)
+def test_eio_and_enospc_are_counted_as_errors_and_the_service_keeps_running(tmp_path):
+    with FaultFS(tmp_path / "backing", tmp_path / "mnt") as fs:
+        target = TargetSpec("fuse", fs.mountpoint)
+        config, database = prepared(tmp_path, [target])
+        proc = start_service(config)
+        try:
+            wait_for(lambda: database.with_name("slowdown.db.live.json").exists(), 15,
+                     what="the live state")
+            time.sleep(2)
+            fs.fail(["read"], "EIO")
+            time.sleep(4)
+            fs.clear()
+            fs.fail(["write", "create"], "ENOSPC")
+            time.sleep(4)
+            fs.clear()
+            before = live(database)["targets"]["fuse"]["ticks"]
+            time.sleep(4)
+            state = live(database)["targets"]["fuse"]
+            assert proc.poll() is None, "the service exited on a target fault"
+            assert state["ticks"] > before
+            assert "lat" in state["last"]["data-read"], state["last"]
+        finally:
+            _, err = stop_service(proc)
+    assert proc.returncode == 0, err
+    errors = {op: 0 for op in OPS}
+    counts = dict(errors)
+    for rec in records(database):
+        errors[rec.op] += rec.errors
+        counts[rec.op] += rec.histogram.count
+    for op in ("data-read", "md-read", "data-write", "md-write"):
+        assert errors[op] >= 2, (op, errors)
+    assert all(counts[op] > 0 for op in OPS), counts
+    assert "EIO" in err and "ENOSPC" in err
