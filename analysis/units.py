@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import re
+from datetime import datetime, timezone
 from decimal import Decimal
 
 DURATION_EXAMPLE = "1s, 10m, 1h, 30d"
@@ -167,3 +168,44 @@ def format_size(n: int) -> str:
         return f"{n // factor}{_BINARY_UNITS[power - 1]}"
     value = (Decimal(n) / factor).quantize(Decimal("0.01"))
     return _decimal_text(value) + _BINARY_UNITS[power - 1]
+
+
+def parse_time(text: str, now: float) -> float:
+    """A point in time: ``now``, a duration ago (``10m``, ``1d``), ``@EPOCH``, or an ISO 8601
+    date or time (``2026-11-20``, ``2026-11-20T08:00``, ``...Z`` or ``...+01:00``; without a
+    zone it is UTC)."""
+    value = str(text).strip()
+    if value == "now":
+        return now
+    if value.startswith("@"):
+        try:
+            return float(value[1:])
+        except ValueError:
+            raise ValueError(f"expected @ and unix seconds; got {text!r}") from None
+    try:
+        return now - parse_duration(value)
+    except ValueError:
+        pass
+    iso = value[:-1] + "+00:00" if value.endswith(("Z", "z")) else value
+    try:
+        moment = datetime.fromisoformat(iso)
+    except ValueError:
+        raise ValueError(
+            f"expected a time like 2026-11-20T08:00, @1795000000 or a duration ago like 1h; "
+            f"got {text!r}") from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=timezone.utc)
+    return moment.timestamp()
+
+
+def format_latency(seconds: float | None) -> str:
+    """Seconds in the unit that reads best: ``850us``, ``1.23ms``, ``2.50s``, ``3m12s``."""
+    if seconds is None or seconds != seconds:
+        return "-"
+    if seconds < 1e-3:
+        return f"{seconds * 1e6:.0f}us"
+    if seconds < 1.0:
+        return f"{seconds * 1e3:.3g}ms"
+    if seconds < 100:
+        return f"{seconds:.3g}s"
+    return format_duration(round(seconds))

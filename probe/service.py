@@ -24,6 +24,7 @@ from apscheduler.executors.pool import ThreadPoolExecutor
 from apscheduler.schedulers.background import BackgroundScheduler
 from apscheduler.triggers.interval import IntervalTrigger
 
+from slowdown.analysis import baseline
 from slowdown.analysis.config import Config
 from slowdown.analysis.records import MINUTE, minute_of
 from slowdown.analysis.store import Store
@@ -118,16 +119,22 @@ class Service:
                 self._store = None  # reopen next time: the volume may come back
             elif minute // 3600 != self._last_rollup_hour:
                 self._last_rollup_hour = minute // 3600
-                self._rollup(now)
+                self._hourly(now)
             return ok
 
-    def _rollup(self, now: float) -> None:
+    def _hourly(self, now: float) -> None:
+        """Rollup past the retention, and the baselines that are due (monthly, initial)."""
         try:
             moved = self.store().rollup(int(now - self.config.retention))
             if moved:
                 log.info("merged %d minute records older than the retention into hours", moved)
+            made = baseline.maintain(self.store(), now, self.config.baseline.provisional_after,
+                                     self.config.statistics)
+            for reason in sorted({b.reason for b in made}):
+                log.info("new %s baselines for %d target/op pairs", reason,
+                         len({(b.target, b.op) for b in made if b.reason == reason}))
         except Exception as exc:
-            log.error("rollup failed: %s", exc)
+            log.error("hourly maintenance failed: %s", exc)
 
     def tick_delays(self) -> dict[str, float]:
         """How late ticks started behind their schedule: median, p99, max (seconds)."""

@@ -1,0 +1,246 @@
+"""Baselines: the expected value of each (target, op, statistic), kept with its validity period.
+
+- Monthly: when a UTC month ends, the previous month's data gives the baselines in force from
+  the first of the new month (``maintain``, called by the service after its minute flush).
+- Initial: once ``provisional_after`` (24 h) of data exist and no baseline does, one is made
+  from all the data so far, in force from then on.
+- On demand: ``rebaseline`` (``slowdown rebaseline --reason ...``) after a system change.
+- Until a stored baseline is in force, readers compute a provisional one from the data
+  recorded so far and say so.
+
+A new baseline closes the one before it (``valid_to``), so every moment has exactly one
+baseline in force and a past slowdown is computed against the baseline of its time.
+"""
+
+from __future__ import annotations
+
+import calendar
+import datetime as dt
+import math
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from .records import MINUTE, minute_of
+from .stats import estimate
+from .store import Selection, Store, aggregate
+
+STANDARD_STATISTICS = ("median", "mean", "max", "q90", "q95", "q99")
+
+
+@dataclass(frozen=True)
+class Baseline:
+    target: str
+    op: str
+    statistic: str
+    value: float  # seconds
+    samples: int
+    data_from: int
+    data_to: int
+    valid_from: int
+    valid_to: int | None = None
+    provisional: bool = False
+    reason: str | None = None
+
+
+def month_start(t: float) -> int:
+    """Start of the UTC calendar month holding ``t``."""
+    d = dt.datetime.fromtimestamp(t, dt.timezone.utc)
+    return calendar.timegm((d.year, d.month, 1, 0, 0, 0))
+
+
+def previous_month_start(start: int) -> int:
+    return month_start(start - 1)
+
+
+def compute(stores: Sequence[Store], target: str, op: str, statistics: Iterable[str],
+            data_from: int, data_to: int) -> list[tuple[str, float, int]]:
+    """``(statistic, value, samples)`` over ``[data_from, data_to)``; nothing when empty.
+
+    Baselines describe normal operation: they come from completed ops only, never raised
+    to stuck ages.
+    """
+    agg = aggregate(stores, Selection(targets=(target,), ops=(op,), start=data_from,
+                                      end=data_to))
+    agg.stuck = 0.0
+    if not agg.histogram.count:
+        return []
+    return [(s, estimate(agg, s).value, agg.histogram.count) for s in statistics]
+
+
+def _span(store: Store) -> dict[tuple[str, str], tuple[int, int]]:
+    """(target, op) -> (first minute, end of the last minute) with data, over all hosts."""
+    rows = store.conn.execute(
+        "SELECT s.target, s.op, min(r.start), max(r.start) FROM minutes r "
+        "JOIN series s ON s.id = r.series GROUP BY s.target, s.op"
+    )
+    spans = {(t, o): (lo, hi + MINUTE) for t, o, lo, hi in rows}
+    for t, o, lo, hi in store.conn.execute(
+        "SELECT s.target, s.op, min(r.start), max(r.start) FROM hours r "
+        "JOIN series s ON s.id = r.series GROUP BY s.target, s.op"
+    ):
+        old = spans.get((t, o), (lo, hi + 3600))
+        spans[(t, o)] = (min(old[0], lo), max(old[1], hi + 3600))
+    return spans
+
+
+def save(store: Store, baselines: Sequence[Baseline], computed_at: float | None = None) -> None:
+    """Insert baselines; each closes the one in force before it (same target, op, statistic)."""
+    now = int(time.time() if computed_at is None else computed_at)
+    conn = store.conn
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        for b in baselines:
+            conn.execute(
+                "UPDATE baselines SET valid_to = ? WHERE target = ? AND op = ? AND statistic = ?"
+                " AND valid_from < ? AND (valid_to IS NULL OR valid_to > ?)",
+                (b.valid_from, b.target, b.op, b.statistic, b.valid_from, b.valid_from),
+            )
+            conn.execute(
+                "INSERT INTO baselines (target, op, statistic, value, samples, data_from, data_to,"
+                " valid_from, valid_to, provisional, reason, computed_at)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (b.target, b.op, b.statistic, b.value, b.samples, b.data_from, b.data_to,
+                 b.valid_from, b.valid_to, int(b.provisional), b.reason, now),
+            )
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+
+
+def load(store: Store) -> list[Baseline]:
+    rows = store.conn.execute(
+        "SELECT target, op, statistic, value, samples, data_from, data_to, valid_from, valid_to,"
+        " provisional, reason FROM baselines ORDER BY valid_from, id"
+    )
+    return [Baseline(*r[:9], bool(r[9]), r[10]) for r in rows]
+
+
+def _statistics(extra: Iterable[str]) -> list[str]:
+    return list(dict.fromkeys([*STANDARD_STATISTICS, *extra]))
+
+
+def maintain(store: Store, now: float, provisional_after: float = 86400.0,
+             statistics: Iterable[str] = ()) -> list[Baseline]:
+    """Make the monthly and initial baselines that are due; returns what it saved."""
+    stats = _statistics(statistics)
+    existing = load(store)
+    this_month = month_start(now)
+    made: list[Baseline] = []
+    for (target, op), (first, end) in sorted(_span(store).items()):
+        mine = [b for b in existing if (b.target, b.op) == (target, op)]
+        if first < this_month and not any(b.valid_from == this_month for b in mine):
+            # The month that just ended, from its start or since the last manual rebaseline.
+            start = previous_month_start(this_month)
+            manual = [b.valid_from for b in mine if b.reason not in ("monthly", "initial")
+                      and start <= b.valid_from < this_month]
+            start = max([start, first, *manual])
+            if this_month - start >= provisional_after:
+                made += [Baseline(target, op, s, v, n, start, this_month, this_month,
+                                  reason="monthly")
+                         for s, v, n in compute([store], target, op, stats, start, this_month)]
+                continue
+        if not mine:
+            to = minute_of(now)
+            if min(end, to) - first >= provisional_after:
+                made += [Baseline(target, op, s, v, n, first, to, to, reason="initial")
+                         for s, v, n in compute([store], target, op, stats, first, to)]
+    if made:
+        save(store, made, now)
+    return made
+
+
+def rebaseline(store: Store, now: float, reason: str, data_from: float | None = None,
+               data_to: float | None = None, targets: Iterable[str] = (),
+               statistics: Iterable[str] = ()) -> list[Baseline]:
+    """New baselines in force from now, from ``[data_from, data_to)`` (default: the last day)."""
+    if not reason.strip():
+        raise ValueError("a rebaseline needs a reason")
+    to = minute_of(now if data_to is None else data_to)
+    start = minute_of(to - 86400 if data_from is None else data_from)
+    if start >= to:
+        raise ValueError("the data period is empty")
+    wanted = set(targets)
+    made: list[Baseline] = []
+    for target, op in sorted({(t, o) for _, t, o in store.series()}):
+        if wanted and target not in wanted:
+            continue
+        made += [Baseline(target, op, s, v, n, start, to, minute_of(now), reason=reason)
+                 for s, v, n in compute([store], target, op, _statistics(statistics), start, to)]
+    if not made:
+        raise ValueError("no data in that period")
+    save(store, made, now)
+    return made
+
+
+@dataclass(frozen=True)
+class Expected:
+    """The denominator of a slowdown: a value, and where it came from."""
+
+    value: float
+    statistic: str
+    provisional: bool
+    baseline: Baseline | None  # None for a provisional value computed on the fly
+
+
+class BaselineBook:
+    """Finds the baseline in force at a time, for one file or a cluster of files.
+
+    For several files (hosts) the expected value is recomputed from their merged data over
+    the period of the baseline in force, so a cluster is compared with the cluster.
+    """
+
+    def __init__(self, stores: Sequence[Store], expected: str = "same") -> None:
+        self.stores = list(stores)
+        self.mode = expected
+        self.rows: list[Baseline] = []
+        for store in self.stores[:1]:
+            self.rows = load(store)
+        self._cache: dict[tuple, tuple[float, int] | None] = {}
+        self._first: dict[tuple[str, str], int | None] = {}
+
+    def in_force(self, target: str, op: str, statistic: str, at: float) -> Baseline | None:
+        found = None
+        for b in self.rows:
+            if (b.target, b.op, b.statistic) == (target, op, statistic) and b.valid_from <= at \
+                    and (b.valid_to is None or at < b.valid_to):
+                found = b
+        return found
+
+    def _merged(self, target: str, op: str, statistic: str, start: int, end: int):
+        key = (target, op, statistic, start, end)
+        if key not in self._cache:
+            rows = compute(self.stores, target, op, [statistic], start, end)
+            self._cache[key] = (rows[0][1], rows[0][2]) if rows else None
+        return self._cache[key]
+
+    def _first_minute(self, target: str, op: str) -> int | None:
+        key = (target, op)
+        if key not in self._first:
+            firsts = []
+            for store in self.stores:
+                row = store.conn.execute(
+                    "SELECT min(r.start) FROM minutes r JOIN series s ON s.id = r.series"
+                    " WHERE s.target = ? AND s.op = ?", (target, op)).fetchone()
+                if row[0] is not None:
+                    firsts.append(row[0])
+            self._first[key] = min(firsts) if firsts else None
+        return self._first[key]
+
+    def expected(self, target: str, op: str, statistic: str, at: float) -> Expected | None:
+        stat = statistic if self.mode == "same" else "median"
+        b = self.in_force(target, op, stat, at)
+        if b is not None:
+            if len(self.stores) == 1:
+                return Expected(b.value, stat, b.provisional, b)
+            merged = self._merged(target, op, stat, b.data_from, b.data_to)
+            if merged is not None:
+                return Expected(merged[0], stat, b.provisional, b)
+        first = self._first_minute(target, op)
+        if first is None:
+            return None
+        merged = self._merged(target, op, stat, first, minute_of(at))
+        if merged is None or not merged[0] or math.isnan(merged[0]):
+            return None
+        return Expected(merged[0], stat, True, None)

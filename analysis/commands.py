@@ -1,0 +1,277 @@
+"""The read subcommands: check, stats, history and watch (registered on ``slowdown``)."""
+
+from __future__ import annotations
+
+import csv
+import datetime as dt
+import math
+import sys
+import time
+
+import click
+
+from . import readside as cli
+from .readside import read_options
+from .records import minute_of
+from .slowdown import target_slowdowns
+from .store import Selection, aggregate
+from .units import format_duration, format_latency
+from .views import clean, dump_json, fmt_ratio, table
+
+OK, WARNING, CRITICAL, UNKNOWN = 0, 1, 2, 3
+STATE_NAMES = ("OK", "WARNING", "CRITICAL", "UNKNOWN")
+
+
+# -- slowdown check ----------------------------------------------------------------------------
+
+def _thresholds(config, statistic: str, window: float) -> tuple[float | None, float | None]:
+    """Warning and critical levels from the configuration's slowdown alert rules."""
+    rules = [r for r in config.alerts if r.kind == "slowdown"
+             and r.statistic == statistic and r.window == window]
+    warn = min((r.above for r in rules if r.above is not None), default=None)
+    crit = min((r.critical for r in rules if r.critical is not None), default=None)
+    return warn, crit
+
+
+@click.command("check")
+@read_options
+@click.option("--window", default="10m", show_default=True, help="Window of the slowdown.")
+@click.option("--stat", "statistic", default=None, help="Statistic (default: configured first).")
+@click.option("-w", "--warning", type=float, default=None,
+              help="WARNING above this slowdown (default: from alert rules, else 3).")
+@click.option("-c", "--critical", type=float, default=None,
+              help="CRITICAL above this slowdown (default: from alert rules, else 10).")
+@click.option("--stale", default="3m", show_default=True,
+              help="UNKNOWN when the newest record is older than this.")
+@click.pass_context
+def check(ctx, dbs, targets, hosts, ops, at, window, statistic, warning, critical, stale):
+    """Monitoring-plugin mode: exit 0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN, with perfdata."""
+    try:
+        reader = cli.open_reader(ctx, dbs, targets, hosts, ops, at)
+        span = cli.parse_duration_option(window, "--window")
+        stale_after = cli.parse_duration_option(stale, "--stale")
+        stat = cli.parse_statistic_option(statistic) if statistic else reader.config.statistics[0]
+    except click.ClickException as exc:
+        click.echo(f"SLOWDOWN UNKNOWN - {exc.format_message()}")
+        sys.exit(UNKNOWN)
+    warn_cfg, crit_cfg = _thresholds(reader.config, stat, span)
+    warn = warning if warning is not None else (warn_cfg if warn_cfg is not None else 3.0)
+    crit = critical if critical is not None else (crit_cfg if crit_cfg is not None else 10.0)
+    target_ops = reader.target_ops()
+    if not target_ops:
+        click.echo("SLOWDOWN UNKNOWN - no data for the chosen targets")
+        sys.exit(UNKNOWN)
+    results = target_slowdowns(reader.stores, reader.book(), list(target_ops), target_ops,
+                               [span], stat, reader.now, hosts=reader.hosts,
+                               live_stuck=reader.live_stuck())
+    newest = max((s.latest_start(Selection(hosts=reader.hosts, targets=reader.targets))
+                  or 0) for s in reader.stores)
+    states, parts, perf = [], [], []
+    if reader.now - (newest + 60) > stale_after:
+        age = format_duration(max(0, round(reader.now - newest - 60)))
+        click.echo(f"SLOWDOWN UNKNOWN - no new records for {age} (is the service running?)")
+        sys.exit(UNKNOWN)
+    for target, (ts,) in results.items():
+        value = ts.value
+        if value is None:
+            state = UNKNOWN
+            parts.append(f"{target} no data")
+        else:
+            state = CRITICAL if value > crit else WARNING if value > warn else OK
+            worst = ts.worst
+            parts.append(f"{target} {fmt_ratio(value)} ({worst.op})")
+            perf.append(f"'{target}'={value:.3f};{warn:g};{crit:g};0")
+        states.append(state)
+    # The worst state wins: CRITICAL, then WARNING, then UNKNOWN (a target without data).
+    worst_state = next((s for s in (CRITICAL, WARNING, UNKNOWN) if s in states), OK)
+    label = f"{stat} over {format_duration(span)}"
+    click.echo(f"SLOWDOWN {STATE_NAMES[worst_state]} - {label}: {', '.join(parts)}"
+               + (f" | {' '.join(perf)}" if perf else ""))
+    sys.exit(worst_state)
+
+
+# -- slowdown stats ----------------------------------------------------------------------------
+
+STATS_COLUMNS = ("count", "errors", "mean", "std", "min", "25%", "50%", "75%", "max")
+
+
+@click.command("stats")
+@read_options
+@click.option("--since", default="1h", show_default=True, help="Start: a duration ago or a time.")
+@click.option("--until", default=None, help="End (default: now).")
+@click.option("--json", "as_json", is_flag=True, help="JSON instead of a table.")
+@click.pass_context
+def stats(ctx, dbs, targets, hosts, ops, at, since, until, as_json):
+    """Per-op table over a window: count, mean, std, min, 25%, 50%, 75%, max."""
+    reader = cli.open_reader(ctx, dbs, targets, hosts, ops, at)
+    start = cli.parse_time_option(since, reader.now, "--since")
+    end = cli.parse_time_option(until, reader.now, "--until")
+    if start >= end:
+        raise click.BadParameter("must be before --until", param_hint="--since")
+    rows, doc = [], []
+    for target, target_ops in reader.target_ops().items():
+        for op in target_ops:
+            agg = aggregate(reader.stores, Selection(reader.hosts, (target,), (op,),
+                                                     int(start), int(end)))
+            h = agg.histogram
+            values = {
+                "count": h.count, "errors": agg.errors, "mean": h.mean,
+                "std": h.std, "min": h.min if h.count else math.nan,
+                "25%": h.quantile(0.25), "50%": h.quantile(0.5), "75%": h.quantile(0.75),
+                "max": h.max if h.count else math.nan,
+            }
+            doc.append({"target": target, "op": op, "skipped": agg.skipped,
+                        "stuck": agg.stuck, **{k: clean(v) for k, v in values.items()}})
+            rows.append([target, op, h.count, agg.errors,
+                         *(format_latency(values[k]) for k in STATS_COLUMNS[2:])])
+    span = (f"{dt.datetime.fromtimestamp(start):%Y-%m-%d %H:%M} .. "
+            f"{dt.datetime.fromtimestamp(end):%Y-%m-%d %H:%M}")
+    if as_json:
+        dump_json({"from": start, "to": end, "ops": doc})
+        return
+    table(rows, ["target", "op", *STATS_COLUMNS], right=range(2, 11), title=span)
+
+
+# -- slowdown history --------------------------------------------------------------------------
+
+@click.command("history")
+@read_options
+@click.option("--since", default="1d", show_default=True, help="Start: a duration ago or a time.")
+@click.option("--until", default=None, help="End (default: now).")
+@click.option("--every", default="1m", show_default=True, help="Step (whole minutes).")
+@click.option("--stat", "statistics", multiple=True,
+              help="Statistics to include (default: median q90 q95 q99).")
+@click.option("--format", "fmt", type=click.Choice(["csv", "json"]), default="csv",
+              show_default=True)
+@click.pass_context
+def history(ctx, dbs, targets, hosts, ops, at, since, until, every, statistics, fmt):
+    """Percentiles and slowdown over time, one row per step, target and op (CSV or JSON)."""
+    from . import series
+
+    reader = cli.open_reader(ctx, dbs, targets, hosts, ops, at)
+    start = minute_of(cli.parse_time_option(since, reader.now, "--since"))
+    end = minute_of(cli.parse_time_option(until, reader.now, "--until"))
+    step = cli.parse_duration_option(every, "--every")
+    if step < 60 or step % 60:
+        raise click.BadParameter("must be whole minutes", param_hint="--every")
+    stats_ = [cli.parse_statistic_option(s) for s in statistics] or ["median", "q90", "q95", "q99"]
+    quantile_stats = [s for s in stats_ if s not in ("mean", "max")]
+    cells = series.history(reader.stores, Selection(reader.hosts, reader.targets, reader.ops,
+                                                    start, end), int(step), quantile_stats)
+    mean = series.mean_of(cells)
+    columns = {"mean": series.raised(mean, cells.stuck), "max": series.raised(cells.max,
+                                                                              cells.stuck)}
+    for s in quantile_stats:
+        columns[s] = series.raised(cells.quantiles[s], cells.stuck)
+    book = reader.book()
+    headline = reader.config.statistics[0] if reader.config.statistics[0] in columns else \
+        stats_[0]
+    expected = {}
+    for t, o in {(t, o) for t, o in zip(cells.target.tolist(), cells.op.tolist())}:
+        e = book.expected(t, o, headline, end)
+        expected[(t, o)] = e.value if e else math.nan
+    exp = [expected[(t, o)] for t, o in zip(cells.target.tolist(), cells.op.tolist())]
+    import numpy as np
+
+    with np.errstate(invalid="ignore", divide="ignore"):
+        ratio = columns[headline] / np.asarray(exp, dtype=float)
+    names = ["time", "target", "op", "count", "errors", "skipped", "stuck", *stats_,
+             f"slowdown_{headline}"]
+    data = [cells.start, cells.target, cells.op, cells.count, cells.errors, cells.skipped,
+            cells.stuck, *(columns[s] for s in stats_), ratio]
+    if fmt == "json":
+        out = [dict(zip(names, row)) for row in zip(*(_plain(c) for c in data))]
+        for row in out:
+            row["time"] = _iso(row["time"])
+        dump_json({"step": step, "from": start, "to": end, "rows": out})
+        return
+    writer = csv.writer(sys.stdout, lineterminator="\n")
+    writer.writerow(names)
+    iso = {t: _iso(t) for t in set(cells.start.tolist())}
+    plain = [_plain(c) for c in data]
+    plain[0] = [iso[t] for t in plain[0]]
+    for i in range(3, len(plain)):
+        plain[i] = ["" if v is None else (f"{v:.9g}" if isinstance(v, float) else v)
+                    for v in plain[i]]
+    writer.writerows(zip(*plain))
+
+
+def _plain(column) -> list:
+    values = column.tolist()
+    return [None if isinstance(v, float) and math.isnan(v) else v for v in values]
+
+
+def _iso(t: int) -> str:
+    return dt.datetime.fromtimestamp(t, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+# -- slowdown watch ----------------------------------------------------------------------------
+
+@click.command("watch")
+@read_options
+@click.option("--stat", "statistic", default=None, help="Statistic (default: configured first).")
+@click.option("--interval", default="1s", show_default=True, help="Refresh period.")
+@click.option("--count", type=int, default=None, help="Stop after this many refreshes.")
+@click.pass_context
+def watch(ctx, dbs, targets, hosts, ops, at, statistic, interval, count):
+    """Live view, refreshed every second: slowdowns and the probes in flight right now."""
+    period = cli.parse_duration_option(interval, "--interval")
+    shown = 0
+    live_view = None
+    if sys.stdout.isatty():
+        from rich.live import Live
+
+        live_view = Live(auto_refresh=False)
+        live_view.start()
+    try:
+        while count is None or shown < count:
+            reader = cli.open_reader(ctx, dbs, targets, hosts, ops, at)
+            text = _watch_frame(cli, reader, statistic)
+            for s in reader.stores:
+                s.close()
+            if live_view is not None:
+                live_view.update(text, refresh=True)
+            else:
+                click.echo(text + "\n")
+            shown += 1
+            if count is None or shown < count:
+                time.sleep(period)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        if live_view is not None:
+            live_view.stop()
+
+
+def _watch_frame(cli, reader, statistic) -> str:
+    stat = cli.parse_statistic_option(statistic) if statistic else reader.config.statistics[0]
+    target_ops = reader.target_ops()
+    stuck = reader.live_stuck()
+    results = target_slowdowns(reader.stores, reader.book(), list(target_ops), target_ops,
+                               reader.config.windows, stat, reader.now, hosts=reader.hosts,
+                               live_stuck=stuck)
+    lines = [f"{dt.datetime.fromtimestamp(reader.now):%H:%M:%S}  slowdown ({stat})"]
+    width = max((len(t) for t in results), default=6)
+    for target, windows in results.items():
+        parts = "  ".join(f"{format_duration(ts.window)} {fmt_ratio(ts.value):>5}"
+                          for ts in windows)
+        lines.append(f"  {target:<{width}}  {parts}")
+        for (t, op), age in sorted(stuck.items()):
+            if t == target:
+                lines.append(f"  {'':<{width}}  STUCK {op} for {format_latency(age)}")
+    for store in reader.stores:
+        state = cli.read_live(store.path)
+        if not state:
+            continue
+        fresh = reader.now - state.get("updated", 0) <= cli.LIVE_FRESH
+        lines.append(f"  service on {state.get('host')}: "
+                     + ("running" if fresh else "not running (live state is stale)"))
+        for target, info in state.get("targets", {}).items():
+            last = info.get("last", {})
+            shown = ", ".join(f"{op} {format_latency(v.get('lat'))}" if "lat" in v
+                              else f"{op} {v.get('err')}" for op, v in last.items())
+            lines.append(f"    {target}: {shown}")
+    return "\n".join(lines)
+
+
+__all__ = ["CRITICAL", "OK", "UNKNOWN", "WARNING", "check", "history", "stats", "watch"]

@@ -1,0 +1,166 @@
+"""What every read command shares: the databases, filters and moment it looks at."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from fnmatch import fnmatchcase
+from pathlib import Path
+
+import click
+
+from .baseline import BaselineBook
+from .config import Config, ConfigError, load
+from .stats import quantile_of
+from .store import Store, StoreError, expand_paths
+from .units import parse_duration, parse_time
+
+EXIT_USAGE = 2
+LIVE_FRESH = 5.0  # seconds: a live state older than this belongs to a stopped service
+
+
+# -- parsing of option values -----------------------------------------------------------------
+
+def parse_duration_option(value: str, flag: str) -> float:
+    try:
+        return parse_duration(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint=flag) from None
+
+
+def parse_time_option(value: str | None, now: float, flag: str) -> float:
+    if value is None:
+        return now
+    try:
+        return parse_time(value, now)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint=flag) from None
+
+
+def parse_statistic_option(value: str, flag: str = "--stat") -> str:
+    try:
+        quantile_of(value)
+    except ValueError:
+        raise click.BadParameter(
+            f"{value!r} is not a statistic (median, mean, max, q90, q95, q99, qNN)",
+            param_hint=flag) from None
+    return value
+
+
+def parse_fraction_option(value: str, flag: str) -> float:
+    text = value.strip()
+    try:
+        number = float(text[:-1]) / 100 if text.endswith("%") else float(text)
+    except ValueError:
+        raise click.BadParameter(f"expected a fraction like 10% or 0.1; got {value!r}",
+                                 param_hint=flag) from None
+    if not 0 < number < 1:
+        raise click.BadParameter(f"must be between 0 and 100%; got {value!r}", param_hint=flag)
+    return number
+
+
+# -- what every read command shares -----------------------------------------------------------
+
+@dataclass
+class Reader:
+    """The databases, filters and moment a read command works on."""
+
+    config: Config
+    stores: list[Store]
+    targets: tuple[str, ...]
+    hosts: tuple[str, ...]
+    ops: tuple[str, ...]
+    now: float
+    at_now: bool
+    series: list[tuple[str, str, str]] = field(default_factory=list)
+
+    def target_ops(self) -> dict[str, list[str]]:
+        """Targets (and their ops) present in the data and chosen by the filters."""
+        found: dict[str, set[str]] = {}
+        for host, target, op in self.series:
+            if self.hosts and not any(fnmatchcase(host, p) for p in self.hosts):
+                continue
+            if self.targets and not any(fnmatchcase(target, p) for p in self.targets):
+                continue
+            if self.ops and not any(fnmatchcase(op, p) for p in self.ops):
+                continue
+            found.setdefault(target, set()).add(op)
+        order = ("data-read", "data-write", "md-stat", "md-read", "md-delete", "md-write")
+        rank = {op: i for i, op in enumerate(order)}
+        return {t: sorted(ops, key=lambda o: (rank.get(o, 99), o))
+                for t, ops in sorted(found.items())}
+
+    def book(self) -> BaselineBook:
+        return BaselineBook(self.stores, self.config.baseline.expected)
+
+    def live_stuck(self) -> dict[tuple[str, str], float]:
+        """Ops in flight longer than the interval right now, from each service's live state."""
+        if not self.at_now:
+            return {}
+        stuck: dict[tuple[str, str], float] = {}
+        for store in self.stores:
+            state = read_live(store.path)
+            if not state or self.now - state.get("updated", 0) > LIVE_FRESH:
+                continue
+            interval = state.get("interval", 1.0)
+            for target, info in state.get("targets", {}).items():
+                for flight in info.get("in_flight", []):
+                    age = flight["age"] + (self.now - state["updated"])
+                    if age > interval:
+                        key = (target, flight["op"])
+                        stuck[key] = max(stuck.get(key, 0.0), age)
+        return stuck
+
+
+def read_live(database: Path) -> dict | None:
+    path = database.with_name(database.name + ".live.json")
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def read_options(func: Callable) -> Callable:
+    """--db, --target, --host, --op, --at: on every read command."""
+    options = [
+        click.option("--db", "dbs", multiple=True, metavar="FILE",
+                     help="Database file or glob; repeat to merge hosts (default: the "
+                          "configuration's database)."),
+        click.option("--target", "targets", multiple=True, metavar="GLOB",
+                     help="Only these targets (repeatable)."),
+        click.option("--host", "hosts", multiple=True, metavar="GLOB",
+                     help="Only these hosts (repeatable)."),
+        click.option("--op", "ops", multiple=True, metavar="GLOB",
+                     help="Only these ops, e.g. 'md-*' (repeatable)."),
+        click.option("--at", "at", default=None, metavar="TIME",
+                     help="Look at a past moment: ISO time, @epoch or a duration ago."),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
+def open_reader(ctx: click.Context, dbs: Sequence[str], targets: Sequence[str],
+                hosts: Sequence[str], ops: Sequence[str], at: str | None) -> Reader:
+    config = ctx.obj["config"]()
+    now = time.time()
+    moment = parse_time_option(at, now, "--at")
+    patterns = list(dbs) or [str(config.database)]
+    try:
+        stores = [Store(p, readonly=True) for p in expand_paths(patterns)]
+    except StoreError as exc:
+        raise click.ClickException(str(exc)) from None
+    series = sorted({s for store in stores for s in store.series()})
+    return Reader(config, stores, tuple(targets), tuple(hosts), tuple(ops), moment, at is None,
+                  series)
+
+
+def load_config_or_exit(path: Path | None) -> Config:
+    try:
+        return load(path)
+    except ConfigError as exc:
+        for single in exc.errors:
+            click.echo(str(single), err=True)
+        raise click.exceptions.Exit(EXIT_USAGE) from None

@@ -1,0 +1,114 @@
+"""Slowdown = observed / expected, per op and per target, over sliding windows.
+
+A window of ``w`` seconds at time ``now`` covers the whole minutes ``[end - w, end)`` with
+``end`` the start of the current (unfinished, not yet written) minute. A target's headline
+slowdown is its worst op's.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from .baseline import BaselineBook, Expected
+from .records import Aggregate, minute_of
+from .stats import Estimate, estimate
+from .store import Selection, Store, aggregate
+
+ACCURACY_WINDOWS = (60, 120, 300, 600, 900, 1800, 3600, 7200, 3 * 3600, 6 * 3600, 12 * 3600,
+                    86400)
+
+
+@dataclass
+class OpSlowdown:
+    target: str
+    op: str
+    window: float
+    observed: Estimate
+    expected: Expected | None
+
+    @property
+    def value(self) -> float | None:
+        """The ratio; None without data or without an expected value."""
+        if self.expected is None or math.isnan(self.observed.value) or not self.expected.value:
+            return None
+        return self.observed.value / self.expected.value
+
+
+@dataclass
+class TargetSlowdown:
+    target: str
+    window: float
+    statistic: str
+    ops: list[OpSlowdown] = field(default_factory=list)
+
+    @property
+    def worst(self) -> OpSlowdown | None:
+        rated = [o for o in self.ops if o.value is not None]
+        return max(rated, key=lambda o: o.value) if rated else None
+
+    @property
+    def value(self) -> float | None:
+        worst = self.worst
+        return None if worst is None else worst.value
+
+    @property
+    def provisional(self) -> bool:
+        return any(o.expected is not None and o.expected.provisional for o in self.ops)
+
+
+def window_selection(now: float, window: float, **names) -> Selection:
+    end = minute_of(now)
+    return Selection(start=int(end - window), end=end, **names)
+
+
+def op_slowdown(stores: Sequence[Store], book: BaselineBook, target: str, op: str,
+                window: float, statistic: str, now: float, confidence: float | None = None,
+                hosts: tuple[str, ...] = (), live_stuck: float = 0.0,
+                agg: Aggregate | None = None) -> OpSlowdown:
+    if agg is None:
+        agg = aggregate(stores, window_selection(now, window, hosts=hosts, targets=(target,),
+                                                 ops=(op,)))
+    if live_stuck > agg.stuck:
+        agg.stuck = live_stuck
+    observed = estimate(agg, statistic, confidence)
+    return OpSlowdown(target, op, window, observed, book.expected(target, op, statistic, now))
+
+
+def target_slowdowns(stores: Sequence[Store], book: BaselineBook, targets: Sequence[str],
+                     ops: Mapping[str, Sequence[str]], windows: Sequence[float],
+                     statistic: str, now: float, confidence: float | None = None,
+                     hosts: tuple[str, ...] = (),
+                     live_stuck: Mapping[tuple[str, str], float] | None = None,
+                     ) -> dict[str, list[TargetSlowdown]]:
+    """For each target, one ``TargetSlowdown`` per window."""
+    live_stuck = live_stuck or {}
+    result: dict[str, list[TargetSlowdown]] = {}
+    for target in targets:
+        per_window = []
+        for window in windows:
+            ts = TargetSlowdown(target, window, statistic)
+            for op in ops.get(target, ()):
+                ts.ops.append(op_slowdown(stores, book, target, op, window, statistic, now,
+                                          confidence, hosts, live_stuck.get((target, op), 0.0)))
+            per_window.append(ts)
+        result[target] = per_window
+    return result
+
+
+def accurate_window(stores: Sequence[Store], book: BaselineBook, target: str,
+                    ops: Sequence[str], statistic: str, now: float, accuracy: float,
+                    confidence: float = 0.95, hosts: tuple[str, ...] = (),
+                    candidates: Sequence[float] = ACCURACY_WINDOWS) -> TargetSlowdown | None:
+    """The shortest window whose confidence interval of ``statistic`` is within
+    ``+-accuracy`` (relative) for every op of the target; None if even the longest is not."""
+    for window in candidates:
+        ts = TargetSlowdown(target, window, statistic)
+        for op in ops:
+            ts.ops.append(op_slowdown(stores, book, target, op, window, statistic, now,
+                                      confidence, hosts))
+        widths = [o.observed.half_width for o in ts.ops]
+        if ts.ops and all(w is not None and w <= accuracy for w in widths):
+            return ts
+    return None
