@@ -42,15 +42,12 @@ class BucketCounts:
         indices = np.asarray(indices, dtype=np.int64)
         if indices.size == 0:
             return
-        unique, inverse = np.unique(indices, return_inverse=True)
-        if counts is None:
-            summed = np.bincount(inverse, minlength=unique.size)
-        else:
-            summed = np.bincount(inverse, weights=counts, minlength=unique.size).astype(np.int64)
+        lo = int(indices.min())  # a latency histogram spans a few thousand indices at most
+        summed = np.bincount(indices - lo, weights=counts)
+        nonzero = np.flatnonzero(summed)
         add = self.add
-        for index, count in zip(unique.tolist(), summed.tolist()):
-            if count:
-                add(index, count)
+        for offset, count in zip(nonzero.tolist(), summed[nonzero].astype(np.int64).tolist()):
+            add(offset + lo, count)
 
     def merge(self, other: BucketCounts) -> None:
         add = self.add

@@ -72,6 +72,8 @@ class Histogram:
                 raise ValueError("cannot record an infinite value")
             self.buckets.add(self.mapping.index(value))
         elif value <= 0.0:
+            if value == -math.inf:
+                raise ValueError("cannot record an infinite value")
             self.zero_count += 1
         else:
             raise ValueError("cannot record NaN")
@@ -196,25 +198,37 @@ class Histogram:
 
     def value_at_rank(self, rank: int) -> float:
         """Estimate of the ``rank``-th smallest value (1-based), see the module docstring."""
+        return self.values_at_ranks([rank])[0]
+
+    def values_at_ranks(self, ranks: Sequence[int]) -> list[float]:
+        """``value_at_rank`` for several ranks, in one pass over the sorted buckets."""
         if not self.count:
-            return math.nan
-        rank = min(max(rank, 1), self.count)
-        if rank == 1:
-            return self.min
-        if rank == self.count:
-            return self.max
-        if rank <= self.zero_count:
-            return max(0.0, self.min)
+            return [math.nan] * len(ranks)
+        out: dict[int, float] = {}
+        pending = sorted({min(max(r, 1), self.count) for r in ranks})
+        for r in pending:
+            if r == 1:
+                out[r] = self.min
+            elif r == self.count:
+                out[r] = self.max
+            elif r <= self.zero_count:
+                out[r] = max(0.0, self.min)
+        pending = [r for r in pending if r not in out]
         seen = self.zero_count
+        value = self.mapping.value
         for index, count in self.buckets.items():
+            if not pending:
+                break
             seen += count
-            if seen >= rank:
-                return min(max(self.mapping.value(index), self.min), self.max)
-        return self.max  # only reached when counts and buckets disagree
+            while pending and seen >= pending[0]:
+                out[pending.pop(0)] = min(max(value(index), self.min), self.max)
+        for r in pending:  # only when counts and buckets disagree
+            out[r] = self.max
+        return [out[min(max(r, 1), self.count)] for r in ranks]
 
     def quantile(self, q: float) -> float:
         """Estimate of the ``q``-quantile (0 <= q <= 1); NaN when empty."""
         return self.value_at_rank(rank(q, self.count))
 
     def quantiles(self, qs: Sequence[float]) -> list[float]:
-        return [self.quantile(q) for q in qs]
+        return self.values_at_ranks([rank(q, self.count) for q in qs])

@@ -64,8 +64,7 @@ def _decode_all(blobs: list[bytes]) -> tuple[np.ndarray, np.ndarray, np.ndarray,
     for i, h in enumerate(headers):
         by_layout.setdefault((h[0] & 0x07, h[1]), []).append(i)
     for (layout, s), members in by_layout.items():
-        fmt = codec._pair_format(layout)
-        dtype = np.dtype([("i", "<" + fmt[0]), ("c", "<" + fmt[1])])
+        dtype = codec.pair_dtype(layout)
         bodies = [blobs[i][headers[i][4]:] for i in members]
         pairs = np.frombuffer(b"".join(bodies), dtype=dtype)
         lengths = np.fromiter((len(b) for b in bodies), dtype=np.int64, count=len(bodies))

@@ -201,6 +201,8 @@ def test_nan_and_infinity_are_refused_zero_is_counted():
     with pytest.raises(ValueError):
         h.record(math.inf)
     with pytest.raises(ValueError):
+        h.record(-math.inf)
+    with pytest.raises(ValueError):
         h.record_many([1.0, math.nan])
     h.record(0.0)
     h.record(0.5)
@@ -240,3 +242,10 @@ def test_merge_blobs_dict_and_vector_paths_agree(parts):
     for merged in (by_dicts, by_numpy):
         assert merged.scale == whole.scale
         assert merged.buckets == whole.buckets and merged.count == whole.count
+
+
+@settings(max_examples=100, deadline=None)
+@given(latency_samples())
+def test_several_quantiles_in_one_pass_equal_one_at_a_time(values):
+    h = build(values)
+    assert h.quantiles(QUANTILES) == [h.quantile(q) for q in QUANTILES]
