@@ -54,6 +54,8 @@ def main(ctx: click.Context, config_path: Path | None, dbs, targets, hosts, ops,
     """How slow is each filesystem now, compared with usual (1 = normal, 10 = ten times slower)."""
     ctx.ensure_object(dict)
     ctx.obj["config"] = functools.lru_cache(maxsize=1)(lambda: load_config_or_exit(config_path))
+    # `slowdown --db X stats` means the same as `slowdown stats --db X`.
+    ctx.obj["read"] = {"dbs": dbs, "targets": targets, "hosts": hosts, "ops": ops, "at": at}
     if ctx.invoked_subcommand is not None:
         return
     reader = open_reader(ctx, dbs, targets, hosts, ops, at)

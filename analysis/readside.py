@@ -77,9 +77,10 @@ class Reader:
     series: list[tuple[str, str, str]] = field(default_factory=list)
 
     def target_ops(self) -> dict[str, list[str]]:
-        """Targets (and their ops) present in the data and chosen by the filters."""
+        """Targets (and their ops) present in the data or probed right now, as filtered."""
         found: dict[str, set[str]] = {}
-        for host, target, op in self.series:
+        live_series = [(host, target, op) for host, target, op, _ in self._live_flights()]
+        for host, target, op in [*self.series, *live_series]:
             if self.hosts and not any(fnmatchcase(host, p) for p in self.hosts):
                 continue
             if self.targets and not any(fnmatchcase(target, p) for p in self.targets):
@@ -95,11 +96,12 @@ class Reader:
     def book(self) -> BaselineBook:
         return BaselineBook(self.stores, self.config.baseline.expected)
 
-    def live_stuck(self) -> dict[tuple[str, str], float]:
-        """Ops in flight longer than the interval right now, from each service's live state."""
+    def _live_flights(self) -> list[tuple[str, str, str, float]]:
+        """(host, target, op, age) of ops in flight longer than the interval, from the live
+        state of each service still running (only when looking at now)."""
         if not self.at_now:
-            return {}
-        stuck: dict[tuple[str, str], float] = {}
+            return []
+        flights = []
         for store in self.stores:
             state = read_live(store.path)
             if not state or self.now - state.get("updated", 0) > LIVE_FRESH:
@@ -109,8 +111,16 @@ class Reader:
                 for flight in info.get("in_flight", []):
                     age = flight["age"] + (self.now - state["updated"])
                     if age > interval:
-                        key = (target, flight["op"])
-                        stuck[key] = max(stuck.get(key, 0.0), age)
+                        flights.append((state.get("host", ""), target, flight["op"], age))
+        return flights
+
+    def live_stuck(self) -> dict[tuple[str, str], float]:
+        """Longest age of an op in flight right now, per (target, op), over the hosts."""
+        stuck: dict[tuple[str, str], float] = {}
+        for host, target, op, age in self._live_flights():
+            if self.hosts and not any(fnmatchcase(host, p) for p in self.hosts):
+                continue
+            stuck[(target, op)] = max(stuck.get((target, op), 0.0), age)
         return stuck
 
 
@@ -145,6 +155,12 @@ def read_options(func: Callable) -> Callable:
 def open_reader(ctx: click.Context, dbs: Sequence[str], targets: Sequence[str],
                 hosts: Sequence[str], ops: Sequence[str], at: str | None) -> Reader:
     config = ctx.obj["config"]()
+    given = ctx.obj.get("read", {})
+    dbs = dbs or given.get("dbs", ())
+    targets = targets or given.get("targets", ())
+    hosts = hosts or given.get("hosts", ())
+    ops = ops or given.get("ops", ())
+    at = at if at is not None else given.get("at")
     now = time.time()
     moment = parse_time_option(at, now, "--at")
     patterns = list(dbs) or [str(config.database)]

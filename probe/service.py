@@ -194,6 +194,10 @@ class Service:
     def run(self) -> int:
         cfg = self.config
         self.config.database.parent.mkdir(parents=True, exist_ok=True)
+        try:  # early, so readers find the file; if it fails, minutes are buffered
+            self.store()
+        except Exception as exc:
+            log.error("cannot open the database %s: %s", cfg.database, exc)
         self._install_signals()
         self.scheduler.add_job(
             self.tick, IntervalTrigger(seconds=cfg.interval, start_date=self._first_tick()),

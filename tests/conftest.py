@@ -1,3 +1,23 @@
-"""Shared fixtures: real filesystems with faults (FUSE, tmpfs, loop-mounted ext4)."""
+"""Shared fixtures: real filesystems with faults (FUSE, tmpfs, loop-mounted ext4).
+
+``tests/long/`` holds the full-length fault and soak runs; they are collected only with
+``--long`` (CI runs the short forms; see docs/RELIABILITY.md for the long runs' results).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
 
 pytest_plugins = ["tests.fixtures_fs"]
+
+LONG = Path(__file__).with_name("long")
+
+
+def pytest_addoption(parser) -> None:
+    parser.addoption("--long", action="store_true", help="also run tests/long (minutes each)")
+
+
+def pytest_ignore_collect(collection_path: Path, config) -> bool | None:
+    if not config.getoption("--long") and LONG in (collection_path, *collection_path.parents):
+        return True
+    return None

@@ -153,3 +153,10 @@ def test_the_installed_command_runs(calm_then_slow):
     assert done.returncode == 0, done.stderr
     assert done.stderr == ""
     assert len(done.stdout.strip().splitlines()) == 2
+
+
+def test_read_options_before_the_subcommand_apply_to_it(calm_then_slow):
+    rc, out = run("--db", str(calm_then_slow), "--at", AT, "--target", "home", "stats",
+                  "--since", "2h", "--json")
+    assert rc == 0
+    assert {row["target"] for row in json.loads(out)["ops"]} == {"home"}

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import os
 import statistics
+import subprocess
+import sys
 import time
 
 import pytest
@@ -32,6 +35,13 @@ def prepared(tmp_path, targets, **top) -> tuple:
     done = probe_cli(config, "prepare", "--no-progress")
     assert done.returncode == 0, done.stderr
     return config, database
+
+
+def read_cli(database, *args: str) -> str:
+    done = subprocess.run([sys.executable, "-m", "slowdown.analysis.cli", "--db", str(database),
+                           *args], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
 
 
 def pool_files(target_path) -> int:
@@ -115,6 +125,14 @@ def test_a_hung_target_reads_as_slow_and_never_delays_the_other(tmp_path):
             while time.time() - hang_start < 60:  # the stuck age is visible live, growing
                 flights = live(database)["targets"]["hung"]["in_flight"]
                 ages.append(max((f["age"] for f in flights), default=0.0))
+                if len(ages) == 15:  # and the read side shows it as it happens
+                    watch = read_cli(database, "watch", "--count", "1")
+                    assert "STUCK" in watch and "hung" in watch, watch
+                    now = json.loads(read_cli(database, "--json"))
+                    hung_now = next(t for t in now["targets"] if t["target"] == "hung")
+                    one_minute = hung_now["windows"][0]
+                    assert any(o["raised_to_stuck"] and o["observed"] >= 10
+                               for o in one_minute["ops"]), one_minute
                 time.sleep(1)
             assert max(ages) >= 55, ages
             assert live(database)["targets"]["hung"]["abandoned_workers"] >= 1
