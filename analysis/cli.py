@@ -185,7 +185,10 @@ def rebaseline_command(ctx: click.Context, reason: str, db: str | None, targets,
                f" UTC, from data {format_duration(made[0].data_to - made[0].data_from)} long")
 
 
-for _command in (check, stats, history, watch):
+from .alerts.cli import alerts  # noqa: E402
+from .fio.cli import import_fio  # noqa: E402
+
+for _command in (check, stats, history, watch, alerts, import_fio):
     main.add_command(_command)
 
 if __name__ == "__main__":  # pragma: no cover

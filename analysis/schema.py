@@ -105,6 +105,29 @@ MIGRATIONS: list[str] = [
         at     INTEGER NOT NULL
     );
     """,
+    # 4: alert incidents keep their severity and clearing clock, and the messages they owe
+    # wait in an outbox until every action has delivered them (or given up).
+    """
+    ALTER TABLE alert_state ADD COLUMN severity TEXT;          -- warning, critical
+    ALTER TABLE alert_state ADD COLUMN clear_since INTEGER;    -- firing, back below since
+    ALTER TABLE alert_state ADD COLUMN evaluated INTEGER;      -- last evaluation minute applied
+    CREATE TABLE alert_outbox (
+        id          INTEGER PRIMARY KEY,
+        created     INTEGER NOT NULL,
+        rule        TEXT NOT NULL,
+        subject     TEXT NOT NULL,
+        event       TEXT NOT NULL,       -- firing, resolved, repeat, escalated
+        action      INTEGER NOT NULL,    -- position of the action in the rule, from 0
+        type        TEXT NOT NULL,       -- command, webhook, email
+        message     TEXT NOT NULL,       -- JSON, the notification
+        attempts    INTEGER NOT NULL DEFAULT 0,  -- finished attempts
+        next_at     REAL NOT NULL,       -- due from, unix seconds
+        lease_until REAL,                -- an attempt runs until then
+        done_at     INTEGER,             -- delivered or given up
+        ok          INTEGER
+    );
+    CREATE INDEX alert_outbox_open ON alert_outbox (done_at, next_at);
+    """,
 ]
 
 VERSION = len(MIGRATIONS)

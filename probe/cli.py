@@ -30,6 +30,7 @@ from slowdown.analysis.config import (
 from slowdown.analysis.config import default_config as _default_config
 from slowdown.analysis.units import format_duration, format_size, parse_duration
 
+from .dropin import systemd_dropin
 from .workspace_cli import cleanup_command, prepare_command
 
 EXIT_CONFIG_ERROR = 2
@@ -183,6 +184,7 @@ def run(probe: ProbeContext, duration: str | None, prepare_first: bool, verbose:
     sys.exit(run_service(config, duration=seconds))
 
 
+main.add_command(systemd_dropin, "systemd-dropin")
 main.add_command(prepare_command, "prepare")
 main.add_command(cleanup_command, "cleanup")
 

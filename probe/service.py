@@ -25,6 +25,7 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from apscheduler.triggers.interval import IntervalTrigger
 
 from slowdown.analysis import baseline
+from slowdown.analysis.alerts import ServiceAlerts
 from slowdown.analysis.config import Config
 from slowdown.analysis.records import MINUTE, minute_of
 from slowdown.analysis.store import Store
@@ -71,6 +72,7 @@ class Service:
         self._store: Store | None = None
         self._flush_lock = threading.Lock()
         self._last_rollup_hour: int | None = None
+        self.alerts: ServiceAlerts | None = None  # rules evaluated after each minute flush
         self.scheduler = BackgroundScheduler(
             timezone=dt.timezone.utc,
             executors={"default": ThreadPoolExecutor(4)},
@@ -120,7 +122,21 @@ class Service:
             elif minute // 3600 != self._last_rollup_hour:
                 self._last_rollup_hour = minute // 3600
                 self._hourly(now)
-            return ok
+        if ok and not everything and self.alerts is not None:
+            try:
+                self.alerts.evaluate(now, self.live_stuck())
+            except Exception as exc:
+                log.error("alert evaluation failed: %s", exc)
+        return ok
+
+    def live_stuck(self) -> dict[tuple[str, str], float]:
+        """Longest age per (target, op) of ops in flight longer than the interval."""
+        stuck: dict[tuple[str, str], float] = {}
+        for r in self.runners:
+            for op, age, _ in r.in_flight():
+                if age > self.config.interval:
+                    stuck[(r.name, op)] = max(stuck.get((r.name, op), 0.0), age)
+        return stuck
 
     def _hourly(self, now: float) -> None:
         """Rollup past the retention, and the baselines that are due (monthly, initial)."""
@@ -198,6 +214,8 @@ class Service:
             self.store()
         except Exception as exc:
             log.error("cannot open the database %s: %s", cfg.database, exc)
+        if cfg.alerts:  # its own connections: never inside the flush's transactions
+            self.alerts = ServiceAlerts(cfg, lambda: Store(cfg.database, check_same_thread=False))
         self._install_signals()
         self.scheduler.add_job(
             self.tick, IntervalTrigger(seconds=cfg.interval, start_date=self._first_tick()),
@@ -244,6 +262,8 @@ class Service:
         for runner in self.runners:
             runner.close()
         ok = self.flush(everything=True)
+        if self.alerts is not None:
+            self.alerts.close(2.0)
         self.publish_live(time.time())
         if self._store is not None:
             self._store.close()

@@ -1,0 +1,469 @@
+"""Reading fio's text logs fast: whole-line blocks parsed with numpy, and histogram logs.
+
+A fio log is lines of comma-separated whole numbers, written by fio as ``"%d, %d, ..."``.
+Python's ``int()`` per field manages about a million fields a second, ``numpy.loadtxt`` a
+few million; a histogram log has 1859 fields a line and a day of latency logs hundreds of
+millions of lines. So a block of lines is parsed in a few vectorised passes instead, a
+quarter MiB at a time (it then stays in the core's cache from pass to pass):
+
+1. one ``flatnonzero`` finds the separators (bytes below ``"0"`` other than space); there
+   must be ``columns`` per line, of them as many newlines as lines, each line's last one a
+   newline, the others commas, each comma followed by one space and no other space nor
+   byte below ``"0"`` anywhere, so every field is one run of digits (or of hexadecimal
+   digits, which fio writes for priorities with ``log_prio=1``: the fields read are then
+   checked digit by digit);
+2. each field's last 8 (or 16) bytes are loaded as one little-endian 64-bit word, the bytes
+   before the field masked to zero, and turned into a number with three multiply-shift steps
+   (eight ASCII digits at a time, the SWAR method of fast JSON parsers). A field of one digit
+   is one byte load.
+
+A block that fails any check is parsed again line by line in Python, which accepts any
+spacing and blank lines and otherwise names the first bad line and field. Only that slow
+path raises errors, so the fast path may be strict.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import BinaryIO
+
+import numpy as np
+
+from . import FioLogError
+from .layout import HEADER_COLUMNS, Layout
+
+DIRECTIONS = ("read", "write", "trim")  # fio's ddir 0, 1, 2 (io_ddir_name)
+MAX_DIGITS = 16  # fast path; the slow path reads up to 18 digits (int64)
+SUB_BLOCK = 256 << 10  # bytes parsed at a time: small enough to stay in a core's cache
+
+_PAD = 16  # zero bytes before a block, so that a 16-byte load before any field is in range
+_NUMBER = re.compile(rb"\d{1,18}")
+_OTHER = re.compile(rb"\d{1,20}|0[xX][0-9a-fA-F]{1,16}")  # log_prio=1 writes 0x%04x
+
+_U = np.uint64
+_LOW_NIBBLES = _U(0x0F0F0F0F0F0F0F0F)
+_HIGH_NIBBLES = _U(0xF0F0F0F0F0F0F0F0)
+_ASCII_ZEROS = _U(0x3030303030303030)
+_ASCII_THREES = _U(0x3333333333333333)
+_PLUS_SIX = _U(0x0606060606060606)
+# _KEEP[n]: the top min(n, 8) bytes of a word (the last characters before a field's end).
+_KEEP = np.array([0] + [(1 << 64) - (1 << (8 * (8 - min(n, 8)))) for n in range(1, 17)],
+                 dtype=_U)
+_KEEP_NIBBLES = _KEEP & _LOW_NIBBLES
+
+
+class BlockError(Exception):
+    """A bad line inside a block: its 0-based line offset in the block, and the message."""
+
+    def __init__(self, offset: int, message: str) -> None:
+        super().__init__(message)
+        self.offset = offset
+        self.message = message
+
+
+@dataclass
+class RawBlock:
+    """Whole lines of a file: ``buffer[start:end]``, ending with a newline, with at least
+    ``_PAD`` readable bytes before ``start`` (so the parser loads words without copying)."""
+
+    buffer: bytes | bytearray
+    start: int
+    end: int
+    index: int  # 0-based number of the block in its file
+    unterminated: bool = False  # the file's last line had no newline (one was added)
+
+    @property
+    def data(self) -> bytes:
+        return bytes(self.buffer[self.start:self.end])
+
+    @property
+    def size(self) -> int:
+        return self.end - self.start
+
+
+class Buffers:
+    """Buffers handed back for reuse: fresh memory costs a page fault per 4 KiB, which for a
+    file read once is more than the copy from the page cache. Never more are kept than were
+    in use at once. Used from one thread."""
+
+    GRAIN = 64 << 10  # sizes are rounded up to this, so that buffers fit the next request
+
+    def __init__(self) -> None:
+        self._free: list[bytearray] = []
+
+    def take(self, size: int) -> bytearray:
+        fits = [i for i, buffer in enumerate(self._free) if len(buffer) >= size]
+        if fits:
+            return self._free.pop(min(fits, key=lambda i: len(self._free[i])))
+        return bytearray(-(-size // self.GRAIN) * self.GRAIN)
+
+    def give(self, buffer: bytes | bytearray) -> None:
+        if isinstance(buffer, bytearray):
+            self._free.append(buffer)
+
+
+class TextBlocks:
+    """A file in blocks of whole lines of about ``block_bytes`` each.
+
+    A block's buffer comes from ``buffers``; whoever is done with a block (and everything
+    parsed from it lives elsewhere) may hand ``block.buffer`` back with ``buffers.give``.
+    """
+
+    def __init__(self, path: Path, block_bytes: int, buffers: Buffers | None = None) -> None:
+        self.path = path
+        self.block_bytes = max(int(block_bytes), 1 << 12)
+        self._file: BinaryIO | None = open(path, "rb", buffering=0)  # noqa: SIM115
+        with contextlib.suppress(OSError):  # no larger buffers than the file needs
+            self.block_bytes = min(self.block_bytes, os.fstat(self._file.fileno()).st_size + 1)
+        self._buffers = buffers or Buffers()
+        self._carry = b""
+        self._count = 0
+        self.bytes_read = 0
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+    def read(self) -> RawBlock | None:
+        """The next block, or None at the end of the file."""
+        if self._file is None:
+            return None
+        carry = self._carry
+        filled = _PAD + len(carry)
+        want = self.block_bytes
+        buffer = self._buffers.take(filled + want + 1)
+        buffer[_PAD:filled] = carry
+        while True:
+            with memoryview(buffer) as view:
+                got = self._file.readinto(view[filled:filled + want])
+            self.bytes_read += got
+            if got == 0:  # the end of the file
+                self.close()
+                self._carry = b""
+                if not buffer[_PAD:filled].strip():
+                    self._buffers.give(buffer)
+                    return None
+                buffer[filled] = 10  # the last line had no newline
+                self._count += 1
+                return RawBlock(buffer, _PAD, filled + 1, self._count - 1, True)
+            cut = buffer.rfind(b"\n", filled, filled + got)
+            filled += got
+            if cut >= 0:
+                self._carry = bytes(buffer[cut + 1:filled])
+                self._count += 1
+                return RawBlock(buffer, _PAD, cut + 1, self._count - 1)
+            want *= 2  # a line longer than a block: read on into a larger buffer
+            larger = self._buffers.take(filled + want + 1)
+            larger[:filled] = buffer[:filled]
+            self._buffers.give(buffer)
+            buffer = larger
+
+
+def _swar(words: np.ndarray) -> np.ndarray:
+    """Numbers from words of eight ASCII digits masked to their low nibbles (in place)."""
+    words *= _U(10 * 256 + 1)
+    words >>= _U(8)
+    words &= _U(0x00FF00FF00FF00FF)
+    words *= _U(100 * 65536 + 1)
+    words >>= _U(16)
+    words &= _U(0x0000FFFF0000FFFF)
+    words *= _U(10000 * (1 << 32) + 1)
+    words >>= _U(32)
+    return words
+
+
+def _all_digits(words: np.ndarray, keep: np.ndarray) -> bool:
+    """Whether the kept bytes of every word are ASCII digits."""
+    text = (words & keep) | (_ASCII_ZEROS & ~keep)
+    test = (text & _HIGH_NIBBLES) | (((text + _PLUS_SIX) & _HIGH_NIBBLES) >> _U(4))
+    return bool((test == _ASCII_THREES).all())
+
+
+def _words(words_at: np.ndarray, ends: np.ndarray, lengths: np.ndarray,
+           check: bool) -> np.ndarray | None:
+    """Numbers of up to 16 digits ending at ``ends``; with ``check`` None if a field byte is
+    no digit."""
+    low = words_at[ends - 8]
+    if check and not _all_digits(low, _KEEP[lengths]):
+        return None
+    low &= _KEEP_NIBBLES[lengths]
+    value = _swar(low)
+    long = np.flatnonzero(lengths > 8)
+    if long.size:
+        high = words_at[ends[long] - 16]
+        keep = _KEEP[lengths[long] - 8]
+        if check and not _all_digits(high, keep):
+            return None
+        high &= keep & _LOW_NIBBLES
+        value[long] += _swar(high) * _U(100_000_000)
+    return value.view(np.int64)
+
+
+def _numbers(u: np.ndarray, words_at: np.ndarray, ends: np.ndarray, lengths: np.ndarray,
+             check: bool, out: np.ndarray) -> bool:
+    """Write the numbers in fields ``[end - length, end)`` of the bytes ``u`` to ``out``;
+    ``words_at[i]`` is the little-endian word of ``u[i:i + 8]``. With ``check``, False unless
+    every field byte is a digit.
+
+    Fields of one digit, most of a histogram log, take one byte load each.
+    """
+    longest = int(lengths.max())
+    if longest > 1:
+        multi = np.flatnonzero(lengths > 1)
+        if multi.size * 4 > ends.size:  # mostly longer numbers: all through the words
+            value = _words(words_at, ends, lengths, check)
+            if value is None:
+                return False
+            out[:] = value
+            return True
+    units = u[ends - 1] - np.uint8(48)
+    if check and (units > 9).any():
+        return False
+    out[:] = units
+    if longest > 1:
+        value = _words(words_at, ends[multi], lengths[multi], check)
+        if value is None:
+            return False
+        out[multi] = value
+    return True
+
+
+def _fast(raw: RawBlock, columns: int, wanted: Sequence[int] | None,
+          out: np.ndarray) -> int | None:
+    """Parse the lines of ``raw`` into ``out``, or None when they are not in fio's exact form.
+
+    All columns go to the flat ``out`` line after line; wanted ones to the rows of ``out``
+    (one per wanted column). ``out`` has room for any number of lines the bytes can hold.
+    Returns the number of lines.
+    """
+    base = raw.start - _PAD
+    size = raw.size + _PAD
+    u = np.frombuffer(raw.buffer, dtype=np.uint8, count=size, offset=base)
+    body = u[_PAD:]  # the block's own bytes
+    below = body < 48
+    low_bytes = np.count_nonzero(below)
+    below &= body != 32
+    separators = np.flatnonzero(below)  # newlines and commas, unless there is garbage
+    n = np.count_nonzero(body == 10)
+    if n == 0 or separators.size != n * columns \
+            or np.count_nonzero(body == 44) != n * (columns - 1):
+        return None
+    separators += _PAD  # positions in u
+    per_line = separators.reshape(n, columns)
+    newlines = per_line[:, -1]
+    if (u[newlines] != 10).any():
+        return None  # a line with fewer or more fields than the others
+    # Every line is columns - 1 commas and a newline. fio writes ", " between fields and no
+    # other space, so the other bytes are digits, unless one lies above "9": fio's
+    # hexadecimal priorities (log_prio=1) do, so the fields read are then checked digit by
+    # digit.
+    commas = n * (columns - 1)
+    if low_bytes - separators.size != commas \
+            or np.count_nonzero((body[:-1] == 44) & (body[1:] == 32)) != commas:
+        return None
+    check = bool(body.max() > 57)
+    words_at = np.ndarray((size - 7,), dtype="<u8", buffer=raw.buffer, offset=base,
+                          strides=(1,))
+    if wanted is None:  # every field: each ends at a separator, two bytes after the previous
+        lengths = np.empty_like(separators)
+        np.subtract(separators[1:], separators[:-1], out=lengths[1:])
+        lengths[0] = separators[0] - _PAD + 1
+        lengths -= 2
+        lengths[::columns] += 1  # a line's first field follows the newline, not ", "
+        if lengths.min() < 1 or lengths.max() > MAX_DIGITS:
+            return None
+        ok = _numbers(u, words_at, separators, lengths, check, out[:separators.size])
+        return n if ok else None
+    per_line = per_line[:, :-1]
+    starts = np.empty(n, dtype=np.int64)
+    starts[0] = _PAD
+    starts[1:] = newlines[:-1] + 1
+    for i, j in enumerate(wanted):
+        ends = per_line[:, j] if j < columns - 1 else newlines
+        lengths = ends - (starts if j == 0 else per_line[:, j - 1] + 2)
+        if lengths.min() < 1 or lengths.max() > MAX_DIGITS:
+            return None
+        if not _numbers(u, words_at, ends, lengths, check, out[i, :n]):
+            return None
+    return n
+
+
+def _slow(data: bytes, columns: int, wanted: Sequence[int] | None,
+          field_name: Callable[[int], str]) -> tuple[np.ndarray, np.ndarray]:
+    """Line by line: the wanted columns and each row's 0-based line offset, or BlockError."""
+    picks = range(columns) if wanted is None else wanted
+    rows: list[list[int]] = []
+    offsets: list[int] = []
+    for offset, line in enumerate(data.split(b"\n")[:-1]):
+        if not line.strip():
+            continue
+        fields = line.split(b",")
+        if len(fields) != columns:
+            raise BlockError(offset, f"expected {columns} comma-separated fields, "
+                                     f"found {len(fields)}")
+        for j, text in enumerate(fields):
+            text = text.strip()
+            pattern = _NUMBER if wanted is None or j in picks else _OTHER
+            if not pattern.fullmatch(text):
+                found = repr(text.decode("ascii", "replace")) if text else "an empty field"
+                raise BlockError(offset, f"field {j + 1} ({field_name(j)}): expected a whole "
+                                         f"number, found {found}")
+        rows.append([int(fields[j]) for j in picks])
+        offsets.append(offset)
+    values = np.array(rows, dtype=np.int64).reshape(len(rows), len(picks))
+    if wanted is not None:
+        values = np.ascontiguousarray(values.T)
+    return values, np.array(offsets, dtype=np.int64)
+
+
+def parse_block(raw: RawBlock, columns: int, wanted: Sequence[int] | None,
+                field_name: Callable[[int], str]) -> tuple[np.ndarray, np.ndarray | None]:
+    """The numbers of every line of a block: with ``wanted`` None a (lines, columns) matrix,
+    else a (len(wanted), lines) matrix of the wanted columns.
+
+    The second item is each row's 0-based line offset in the block when blank lines were
+    skipped, else None (row i is line i). Raises BlockError for a bad line.
+    """
+    # At most one line per 3 * columns - 1 bytes (one digit a field, ", " between them);
+    # pages of the output never written to are never touched.
+    most = raw.size // (3 * columns - 1) + 1
+    if wanted is None:
+        out = np.empty(most * columns, dtype=np.int64)
+    else:
+        out = np.empty((len(wanted), most), dtype=np.int64)
+    lines = 0
+    start = raw.start
+    while start < raw.end:  # pieces that stay in the CPU's cache through all passes
+        end = min(start + SUB_BLOCK, raw.end)
+        if end < raw.end:
+            end = raw.buffer.rfind(b"\n", start, end) + 1 or raw.end
+        piece = RawBlock(raw.buffer, start, end, raw.index)
+        if wanted is None:
+            n = _fast(piece, columns, None, out[lines * columns:])
+        else:
+            n = _fast(piece, columns, wanted, out[:, lines:])
+        if n is None:
+            return _slow(raw.data, columns, wanted, field_name)
+        lines += n
+        start = end
+    if wanted is None:
+        return out[:lines * columns].reshape(lines, columns), None
+    return out[:, :lines], None
+
+
+def first_line(path: Path, limit: int = 1 << 22) -> tuple[int, bytes] | None:
+    """Number and text of the first non-blank line (None for an empty file); reads at most
+    ``limit`` bytes, so that a file without newlines is not read whole."""
+    with open(path, "rb") as f:
+        head = f.read(1 << 16)
+        while len(head) < limit and head.lstrip().find(b"\n") < 0:
+            more = f.read(1 << 16)
+            if not more:
+                break
+            head += more
+    number, start = 1, 0
+    while start < len(head):
+        end = head.find(b"\n", start)
+        end = len(head) if end < 0 else end
+        if head[start:end].strip():
+            return number, head[start:end]
+        number, start = number + 1, end + 1
+    return None
+
+
+@dataclass
+class Block:
+    """Parsed lines of one file: times and directions, and either bins or latencies."""
+
+    times: np.ndarray  # int64, ms as written by fio
+    ddir: np.ndarray  # int64, 0 read, 1 write, 2 trim
+    counts: np.ndarray | None = None  # (lines, bins) int64, histogram logs
+    values: np.ndarray | None = None  # int64, latency logs (the log's unit)
+    rows: np.ndarray | None = None  # 0-based line offset of each row in the raw block
+    ordered: bool = True  # times never decrease
+    last: int = 0  # the latest time
+
+    def __post_init__(self) -> None:
+        times = self.times
+        if times.size:
+            self.ordered = bool((times[1:] >= times[:-1]).all())
+            self.last = int(times[-1] if self.ordered else times.max())
+
+    def __len__(self) -> int:
+        return int(self.times.size)
+
+    def offset(self, row: int) -> int:
+        return row if self.rows is None else int(self.rows[row])
+
+
+def check_directions(ddir: np.ndarray, rows: np.ndarray | None) -> None:
+    """Directions must be fio's 0 (read), 1 (write) or 2 (trim)."""
+    bad = np.flatnonzero((ddir < 0) | (ddir > 2))
+    if bad.size:
+        row = int(bad[0])
+        raise BlockError(row if rows is None else int(rows[row]),
+                         "field 3 (direction): expected 0 (read), 1 (write) or 2 (trim), "
+                         f"found {int(ddir[row])}")
+
+
+class HistLog:
+    """A histogram log (``--write_hist_log``): ``time_ms, ddir, bs, bin counts...``."""
+
+    kind = "histogram"
+
+    def __init__(self, path: Path, layout: Layout) -> None:
+        self.path = path
+        self.layout = layout
+        self.columns = layout.columns
+
+    def field_name(self, j: int) -> str:
+        return ("time", "direction", "block size")[j] if j < HEADER_COLUMNS else \
+            f"bin {j - HEADER_COLUMNS}"
+
+    def parse(self, raw: RawBlock) -> Block:
+        """Parse a block (runs in a worker thread); raises BlockError."""
+        values, rows = parse_block(raw, self.columns, None, self.field_name)
+        ddir = values[:, 1]
+        check_directions(ddir, rows)
+        return Block(values[:, 0], ddir, counts=values[:, HEADER_COLUMNS:], rows=rows)
+
+
+def sniff(path: Path) -> tuple[int, int, int] | None:
+    """``(line number, field count, time)`` of the first line of a log (the time is 0 when it
+    is not a number: the parser reports that); None when the file is empty."""
+    found = first_line(path)
+    if found is None:
+        return None
+    number, line = found
+    time = line.split(b",", 1)[0].strip()
+    return number, line.count(b",") + 1, int(time) if time.isdigit() else 0
+
+
+def layout_error(path: Path, line: int, fields: int) -> FioLogError:
+    counts = ", ".join(str(HEADER_COLUMNS + (groups * 64 >> c))
+                       for groups in (29, 19) for c in range(7))
+    return FioLogError(
+        path, line,
+        f"expected a fio histogram log (3 + 1856/2^c fields for fio >= 3.0, 3 + 1216/2^c "
+        f"before, c = log_hist_coarseness 0..6: {counts}) or a latency log (4 to 7 fields); "
+        f"found {fields} fields")
+
+
+__all__ = [
+    "DIRECTIONS",
+    "Block",
+    "BlockError",
+    "Buffers",
+    "HistLog",
+    "RawBlock",
+    "TextBlocks",
+    "layout_error",
+    "parse_block",
+    "sniff",
+]

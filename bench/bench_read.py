@@ -1,0 +1,610 @@
+"""Benchmark of the read side: the uptime-like ``slowdown`` and a 30-day ``history``.
+
+Run from the repository root, best from a virtual environment with the package installed
+(``pip install -e .``: the console script is then timed too), or with it on PYTHONPATH::
+
+    python -m bench.bench_read              # the figures of docs/BENCHMARKS-read.md (~5 min)
+    python -m bench.bench_read --quick      # 2 days, 3 runs, ~15 s (the smoke test)
+    python -m bench.bench_read --profile    # then -X importtime and cProfile of both commands
+
+The database (30 days of minute records, 2 targets x 6 ops, 60 lognormal samples each, written
+through ``Store.write`` one transaction per day, then ``baseline.maintain`` at the end of the
+data, as the service does; ~1.5 min) is built once and kept in ``--dir``; a later run reuses
+it while its parameters match, and migrates it when only the schema moved on. Every measured
+command is a fresh process, timed wall clock from the fork to the exit (``subprocess.run``,
+output to /dev/null), so interpreter start-up and imports are included, as a user sees them;
+bytecode is cached as after an installation (in ``DIR/pycache``). The commands run
+interleaved, in an order rotated round by round, after one untimed warm-up each, so that the
+noise of a shared machine falls on all of them alike; each row is the median and p90 of
+``--runs`` rounds.
+
+Anchors, measured in the same rounds: ``uptime`` (the tool ``slowdown`` imitates),
+``python3 -c pass`` and ``python3 -c "import click, sqlite3"`` (the interpreter floor under
+any click-based Python command line), and ``sqlite3 DB "SELECT * FROM minutes"`` (the floor
+for reading every row a 30-day history reads).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import io
+import json
+import os
+import platform
+import pstats
+import re
+import shlex
+import shutil
+import sqlite3
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+import slowdown.analysis
+from slowdown.analysis import baseline, schema
+from slowdown.analysis.histogram import Histogram
+from slowdown.analysis.records import MINUTE, Record
+from slowdown.analysis.store import Store
+
+T0 = 1_767_225_600  # 2026-01-01T00:00:00Z, start of the data
+DAY = 86400
+HOST = "node01"
+TARGETS = ("scratch", "work")
+OPS = ("data-read", "data-write", "md-stat", "md-read", "md-delete", "md-write")
+MD_MEDIAN, DATA_MEDIAN, SIGMA = 200e-6, 3e-3, 0.5  # lognormal latencies, seconds
+PER_MINUTE = 60  # samples per op and minute
+STATISTICS = ("median", "q95")  # the configuration's, as in the specification's example
+SEED = 20260101
+GOAL_UPTIME = 0.100  # seconds, median wall of `slowdown`, process start included
+GOAL_HISTORY = 1.0  # seconds, median wall of a 30-day history at 1-minute steps
+DEFAULT_DIR = Path("/tmp/slowdown-bench")
+TABLE_HEAD = "| command | median | p90 | min..max | peak RSS | goal | met? |"
+RATIO_HEAD = "| ratio | median | per-run range |"
+
+
+@dataclass(frozen=True)
+class Sizes:
+    days: int
+    runs: int
+
+
+FULL = Sizes(days=30, runs=11)
+QUICK = Sizes(days=2, runs=3)
+
+
+# -- the database ------------------------------------------------------------------------------
+
+def utc_now() -> str:
+    return f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC"
+
+
+def params(days: int) -> dict:
+    """Everything the database depends on: a cached file is reused only when all match."""
+    return {"days": days, "t0": T0, "host": HOST, "targets": list(TARGETS), "ops": list(OPS),
+            "md_median": MD_MEDIAN, "data_median": DATA_MEDIAN, "sigma": SIGMA,
+            "per_minute": PER_MINUTE, "statistics": list(STATISTICS), "seed": SEED,
+            "schema": schema.VERSION}
+
+
+def _remove_db(path: Path) -> None:
+    for suffix in ("", "-wal", "-shm", "-journal"):
+        Path(str(path) + suffix).unlink(missing_ok=True)
+
+
+def build(db: Path, days: int) -> dict:
+    """Write ``days`` of minute records through the store, then the baselines; returns
+    the timings and sizes (also kept beside the file, in ``DB.json``)."""
+    building = db.with_name(db.name + ".building")
+    _remove_db(building)
+    rng = np.random.default_rng(SEED)
+    medians = np.array([MD_MEDIAN if op.startswith("md-") else DATA_MEDIAN for op in OPS])
+    mu = np.log(medians)[None, None, :, None]
+    end = T0 + days * DAY
+    began = time.perf_counter()
+    with Store(building) as store:
+        for day in range(days):
+            samples = rng.lognormal(mu, SIGMA, (1440, len(TARGETS), len(OPS), PER_MINUTE))
+            batch = []
+            for m in range(1440):
+                start = T0 + day * DAY + m * MINUTE
+                for ti, target in enumerate(TARGETS):
+                    for oi, op in enumerate(OPS):
+                        h = Histogram()
+                        h.record_many(samples[m, ti, oi])
+                        batch.append(Record(HOST, target, op, start, h))
+            store.write(batch)
+        written = time.perf_counter()
+        made = baseline.maintain(store, end, 86400.0, STATISTICS)
+        maintained = time.perf_counter()
+        store.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        records = store.conn.execute("SELECT count(*) FROM minutes").fetchone()[0]
+    _remove_db(db)
+    os.replace(building, db)
+    info = {
+        "params": params(days),
+        "end": end,
+        "records": records,
+        "baselines": len(made),
+        "write_seconds": written - began,
+        "maintain_seconds": maintained - written,
+        "bytes": db.stat().st_size,
+        "built": utc_now(),
+    }
+    Path(str(db) + ".json").write_text(json.dumps(info, indent=1) + "\n")
+    return info
+
+
+def database(directory: Path, days: int, rebuild: bool) -> tuple[Path, dict, bool]:
+    """The cached database for ``days`` (built when absent or stale): path, info, built now?"""
+    directory.mkdir(parents=True, exist_ok=True)
+    db = directory / f"read-{days}d-{len(TARGETS)}x{len(OPS)}.db"
+    meta = Path(str(db) + ".json")
+    if not rebuild and db.exists() and meta.exists():
+        try:
+            info = json.loads(meta.read_text())
+        except ValueError:
+            info = {}
+        wanted = params(days)
+        same_data = {k: v for k, v in info.get("params", {}).items() if k != "schema"} == \
+            {k: v for k, v in wanted.items() if k != "schema"}
+        if same_data and info.get("bytes") == db.stat().st_size:
+            if info["params"]["schema"] != wanted["schema"]:
+                # A newer schema: migrate forward as the service would, keeping the data.
+                with Store(db):
+                    pass
+                info["params"]["schema"] = wanted["schema"]
+                info["bytes"] = db.stat().st_size
+                info["migrated"] = utc_now()
+                meta.write_text(json.dumps(info, indent=1) + "\n")
+            return db, info, False
+    return db, build(db, days), True
+
+
+CONFIG = """\
+# The benchmark's configuration: the specification's example, its targets named as in the data.
+database = "{db}"
+windows = ["1m", "10m", "1h"]
+statistics = [{statistics}]
+{targets}
+"""
+TARGET = """
+[[target]]
+name = "{name}"
+path = "{directory}/workspace/{name}"
+data_size = "1GiB"
+"""
+
+
+def write_config(directory: Path, db: Path) -> Path:
+    path = directory / "slowdown.toml"
+    path.write_text(CONFIG.format(
+        db=db, statistics=", ".join(f'"{s}"' for s in STATISTICS),
+        targets="".join(TARGET.format(name=t, directory=directory) for t in TARGETS)))
+    return path
+
+
+# -- the commands ------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Command:
+    key: str
+    label: str  # the command as a user types it (for the table)
+    argv: list[str]
+    env: dict[str, str]
+    goal: float | None = None
+
+
+def console_script(explicit: str | None) -> Path | None:
+    """The installed ``slowdown`` script: ``--console``, else beside this interpreter, else
+    on PATH."""
+    if explicit:
+        return Path(explicit)
+    beside = Path(sys.executable).parent / "slowdown"
+    if beside.is_file():
+        return beside
+    found = shutil.which("slowdown")
+    return Path(found) if found else None
+
+
+def script_interpreter(script: Path) -> str | None:
+    """The interpreter on the script's ``#!`` line."""
+    with open(script, "rb") as f:
+        first = f.readline().decode(errors="replace").strip()
+    return first[2:].split()[0] if first.startswith("#!") and len(first) > 2 else None
+
+
+def environments(config: Path, pycache: Path) -> tuple[dict[str, str], dict[str, str]]:
+    """(for ``python -m`` and the anchors, for the console script).
+
+    Bytecode is cached as after an installation (pip compiles it), but in a prefix tree in
+    the benchmark's directory rather than ``__pycache__`` in the source tree; the warm-up
+    run fills it. The console script runs without this process's PYTHONPATH, which could
+    otherwise shadow the installed package.
+    """
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    env.update(SLOWDOWN_CONFIG=str(config), PYTHONPYCACHEPREFIX=str(pycache))
+    return env, {k: v for k, v in env.items() if k != "PYTHONPATH"}
+
+
+def commands(db: Path, config: Path, end: int, days: int, script: Path | None,
+             pycache: Path) -> list[Command]:
+    python = sys.executable
+    env, installed_env = environments(config, pycache)
+    at = ["--db", str(db), "--at", f"@{end}"]
+    since = f"{days}d"
+    history_args = ["history", *at, "--since", since, "--every", "1m"]
+    history_label = f"history --db DB --at @END --since {since} --every 1m > /dev/null"
+    module = [python, "-m", "slowdown.analysis.cli"]
+    history_goal = GOAL_HISTORY if days == FULL.days else None
+    rows: list[Command] = []
+    if script is not None:
+        rows.append(Command("uptime-script", "slowdown --db DB --at @END",
+                            [str(script), *at], installed_env, GOAL_UPTIME))
+        # As a shell with PYTHONDONTWRITEBYTECODE=1 runs it: the package's own modules are
+        # compiled at every start unless their __pycache__ exists (the rest are installed
+        # with theirs).
+        rows.append(Command("uptime-script-nopyc",
+                            "slowdown --db DB --at @END, bytecode not cached "
+                            "(PYTHONDONTWRITEBYTECODE=1)", [str(script), *at],
+                            {**{k: v for k, v in installed_env.items()
+                                if k != "PYTHONPYCACHEPREFIX"},
+                             "PYTHONDONTWRITEBYTECODE": "1"}))
+    rows.append(Command("uptime-module", "python3 -m slowdown.analysis.cli --db DB --at @END",
+                        [*module, *at], env, None if script else GOAL_UPTIME))
+    if script is not None:
+        rows.append(Command("history", f"slowdown {history_label}",
+                            [str(script), *history_args], installed_env, history_goal))
+    else:
+        rows.append(Command("history", f"python3 -m slowdown.analysis.cli {history_label}",
+                            [*module, *history_args], env, history_goal))
+    uptime = shutil.which("uptime")
+    if uptime:
+        rows.append(Command("uptime", "uptime", [uptime], env))
+    rows.append(Command("python-pass", "python3 -c pass", [python, "-c", "pass"], env))
+    rows.append(Command("python-click", 'python3 -c "import click, sqlite3"',
+                        [python, "-c", "import click, sqlite3"], env))
+    other = script_interpreter(script) if script is not None else None
+    if other and Path(other).exists() and Path(other) != Path(python):
+        rows.append(Command("script-python-pass", f"{other} -c pass",
+                            [other, "-c", "pass"], installed_env))
+        rows.append(Command("script-python-click", f'{other} -c "import click, sqlite3"',
+                            [other, "-c", "import click, sqlite3"], installed_env))
+    sqlite_cli = shutil.which("sqlite3")
+    if sqlite_cli:
+        rows.append(Command("sqlite-all", 'sqlite3 DB "SELECT * FROM minutes" > /dev/null',
+                            [sqlite_cli, str(db), "SELECT * FROM minutes"], env))
+    return rows
+
+
+STALE_SCHEMA = "open it once for writing"  # the store's message for a schema behind the code
+
+
+def run_timed(command: Command, errors: Path, db: Path | None = None) -> float:
+    """Wall time from the fork to the exit.
+
+    When the schema moved on under the benchmark (the code is edited while it runs), the
+    database is migrated once, as the service would, and the command timed again.
+    """
+    for attempt in (1, 2):
+        with open(errors, "wb") as err:
+            began = time.perf_counter()
+            done = subprocess.run(command.argv, env=command.env, stdin=subprocess.DEVNULL,
+                                  stdout=subprocess.DEVNULL, stderr=err)
+            took = time.perf_counter() - began
+        if done.returncode == 0:
+            return took
+        message = errors.read_text(errors="replace").strip()
+        if attempt == 1 and db is not None and STALE_SCHEMA in message:
+            migrate(db, command.env)
+            continue
+        raise SystemExit(f"{command.label}: exit {done.returncode}: {message[-2000:]}")
+    raise AssertionError("unreachable")
+
+
+MIGRATIONS: list[str] = []  # when the database was migrated during the run
+
+
+def migrate(db: Path, env: dict[str, str]) -> None:
+    """Open the database for writing in a fresh process (with the code as it is now)."""
+    subprocess.run([sys.executable, "-c", "import sys\nfrom slowdown.analysis.store import "
+                    "Store\nStore(sys.argv[1]).close()", str(db)],
+                   env={**env, "PYTHONPATH": os.environ.get("PYTHONPATH", "")}, check=True)
+    MIGRATIONS.append(utc_now())
+
+
+def measure(rows: list[Command], runs: int, scratch: Path, db: Path) -> dict[str, list[float]]:
+    """One untimed warm-up of each, then ``runs`` rounds, each in a rotated order."""
+    errors = scratch / "stderr.txt"
+    for command in rows:
+        run_timed(command, errors, db)
+    times: dict[str, list[float]] = {c.key: [] for c in rows}
+    for r in range(runs):
+        shift = r % len(rows)
+        for command in rows[shift:] + rows[:shift]:
+            times[command.key].append(run_timed(command, errors, db))
+        print(f"round {r + 1}/{runs} done", file=sys.stderr)
+    errors.unlink(missing_ok=True)
+    return times
+
+
+def peak_memory(command: Command) -> int | None:
+    """The command's peak RSS in bytes, from one more run under GNU time (None without it).
+
+    Not from this process's own wait: a child forked from here inherits the high-water mark
+    of the (large) benchmark process.
+    """
+    gnu_time = Path("/usr/bin/time")
+    if not gnu_time.exists():
+        return None
+    done = subprocess.run([str(gnu_time), "-f", "%M", *command.argv], env=command.env,
+                          stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                          stderr=subprocess.PIPE, text=True)
+    last = done.stderr.strip().splitlines()[-1:] or [""]
+    return int(last[0]) * 1024 if done.returncode == 0 and last[0].isdigit() else None
+
+
+def check_output(command: Command, expect_lines: int | None, db: Path) -> str:
+    """The command's output once (to show it, and to check it is what is claimed)."""
+    done = subprocess.run(command.argv, env=command.env, stdin=subprocess.DEVNULL,
+                          capture_output=True, text=True)
+    if done.returncode != 0 and STALE_SCHEMA in done.stderr:
+        migrate(db, command.env)
+        done = subprocess.run(command.argv, env=command.env, stdin=subprocess.DEVNULL,
+                              capture_output=True, text=True)
+    if done.returncode != 0:
+        raise SystemExit(f"{command.label}: exit {done.returncode}: {done.stderr[-2000:]}")
+    lines = done.stdout.count("\n")
+    if expect_lines is not None and lines != expect_lines:
+        raise SystemExit(f"{command.label}: {lines} lines of output, expected {expect_lines}")
+    return done.stdout
+
+
+def source_state() -> str:
+    """The commit of the code measured, and its files changed since (the tree is shared)."""
+    root = Path(slowdown.analysis.__file__).resolve().parent.parent
+    try:
+        head = subprocess.run(["git", "-C", str(root), "rev-parse", "--short", "HEAD"],
+                              capture_output=True, text=True, check=True).stdout.strip()
+        changed = subprocess.run(["git", "-C", str(root), "status", "--porcelain",
+                                  "--untracked-files=no", "analysis"],
+                                 capture_output=True, text=True, check=True).stdout.split("\n")
+    except (OSError, subprocess.CalledProcessError):
+        return f"code in {root} (not a git checkout)"
+    changed = [line[3:] for line in changed if line.strip()]
+    return f"code: commit {head} in {root}" + (
+        f", with uncommitted changes to {', '.join(changed)}" if changed else "")
+
+
+# -- the report --------------------------------------------------------------------------------
+
+def fmt_time(seconds: float) -> str:
+    if seconds >= 1:
+        return f"{seconds:.2f} s"
+    return f"{seconds * 1000:.1f} ms" if seconds < 0.1 else f"{seconds * 1000:.0f} ms"
+
+
+def p90(values: list[float]) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(0.9 * (len(ordered) - 1)))]
+
+
+def table(rows: list[Command], times: dict[str, list[float]],
+          memory: dict[str, int | None]) -> str:
+    lines = [TABLE_HEAD, "|---|---:|---:|---:|---:|---:|---|"]
+    for c in rows:
+        t = times[c.key]
+        med = statistics.median(t)
+        rss = memory.get(c.key)
+        goal = f"<= {fmt_time(c.goal)}" if c.goal else ""
+        met = ("yes" if med <= c.goal else "**NO**") if c.goal else ""
+        lines.append(f"| `{c.label}` | {fmt_time(med)} | {fmt_time(p90(t))} | "
+                     f"{fmt_time(min(t))}..{fmt_time(max(t))} | "
+                     f"{'n/a' if rss is None else f'{rss / 2**20:,.0f} MiB'} | {goal} | {met} |")
+    return "\n".join(lines)
+
+
+def ratio_pairs(times: dict[str, list[float]]) -> list[tuple[str, str]]:
+    """(ours, anchor) keys; the console script against its own interpreter's anchors."""
+    own = "script-python" if "script-python-pass" in times else "python"
+    pairs = [("uptime-script", "uptime"), ("uptime-script", f"{own}-pass"),
+             ("uptime-script", f"{own}-click"), ("uptime-script-nopyc", "uptime-script"),
+             ("uptime-module", "uptime"), ("uptime-module", "python-pass"),
+             ("uptime-module", "python-click"), ("history", "sqlite-all")]
+    history_own = own if "uptime-script" in times else "python"
+    pairs.append(("history", f"{history_own}-pass"))
+    return [(a, b) for a, b in pairs if a in times and b in times]
+
+
+def ratios(rows: list[Command], times: dict[str, list[float]]) -> str:
+    """Ours / anchor: the ratio of the medians, and the range of the per-round ratios."""
+    label = {c.key: c.label.split(", bytecode")[0] + (" (no bytecode cache)"
+                                                      if "bytecode" in c.label else "")
+             for c in rows}
+    lines = [RATIO_HEAD, "|---|---:|---:|"]
+    for ours, anchor in ratio_pairs(times):
+        a, b = times[ours], times[anchor]
+        per_run = [x / y for x, y in zip(a, b)]
+        ratio = statistics.median(a) / statistics.median(b)
+        lines.append(f"| `{label[ours]}` / `{label[anchor]}` | {ratio:.2f} | "
+                     f"{min(per_run):.2f}..{max(per_run):.2f} |")
+    return "\n".join(lines)
+
+
+def environment(script: Path | None) -> str:
+    parts = [
+        f"date {utc_now()}",
+        f"Python {platform.python_version()} ({sys.executable})",
+        f"click {_version('click')}", f"numpy {np.__version__}",
+        f"SQLite {sqlite3.sqlite_version}",
+        f"console script {script}" if script else "no console script (python -m only)",
+        f"{platform.machine()}, {os.cpu_count()} CPUs, {platform.platform()}",
+    ]
+    return "; ".join(parts)
+
+
+def _version(name: str) -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(name)
+    except PackageNotFoundError:
+        return "?"
+
+
+def source_pycache() -> Path:
+    return Path(slowdown.analysis.__file__).parent / "__pycache__"
+
+
+def load_average() -> str:
+    try:
+        return " ".join(f"{x:.2f}" for x in os.getloadavg())
+    except OSError:
+        return "?"
+
+
+# -- the profile -------------------------------------------------------------------------------
+
+def _interpreter(command: Command) -> tuple[str, list[str]]:
+    """The Python that runs the command, and what follows it on its command line."""
+    if command.argv[0] == sys.executable:
+        return sys.executable, command.argv[1:]
+    return script_interpreter(Path(command.argv[0])) or sys.executable, command.argv
+
+
+def import_times(command: Command, top: int = 25) -> str:
+    """``-X importtime`` of the command: the slowest imports by cumulative time, in ms."""
+    python, rest = _interpreter(command)
+    done = subprocess.run([python, "-X", "importtime", *rest], env=command.env,
+                          stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                          stderr=subprocess.PIPE, text=True)
+    entries = []
+    for line in done.stderr.splitlines():
+        m = re.match(r"import time:\s+(\d+) \|\s+(\d+) \|( *)(\S+)", line)
+        if m:
+            entries.append((int(m.group(2)), int(m.group(1)), len(m.group(3)) // 2, m.group(4)))
+    total = sum(self_us for _, self_us, _, _ in entries)
+    own = sum(self_us for _, self_us, _, name in entries if name.startswith("slowdown"))
+    lines = [f"imports of `{command.label}` (-X importtime, which inflates them): "
+             f"{total / 1000:.1f} ms in all (sum of self times), {own / 1000:.1f} ms in the "
+             f"package's own modules; slowest by cumulative time:", "",
+             "| import | cumulative | self | depth |", "|---|---:|---:|---:|"]
+    for cum, self_us, depth, name in sorted(entries, reverse=True)[:top]:
+        lines.append(f"| {name} | {cum / 1000:.1f} ms | {self_us / 1000:.1f} ms | {depth} |")
+    return "\n".join(lines)
+
+
+def cprofile(command: Command, directory: Path, top: int = 25) -> str:
+    """cProfile of the command in its own process (``python -m cProfile``), by cumulative
+    and by own time."""
+    out = directory / "bench-read.prof"
+    python, rest = _interpreter(command)
+    subprocess.run([python, "-m", "cProfile", "-o", str(out), *rest], env=command.env,
+                   stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, check=True)
+    parts = []
+    for key in ("cumulative", "tottime"):
+        text = io.StringIO()
+        pstats.Stats(str(out), stream=text).sort_stats(key).print_stats(top)
+        body = text.getvalue()
+        body = body[body.find("   ncalls"):] if "   ncalls" in body else body
+        parts.append(f"cProfile of `{command.label}`, by {key} time:\n\n```\n"
+                     f"{body.rstrip()}\n```")
+    out.unlink()
+    return "\n\n".join(parts)
+
+
+# -- main --------------------------------------------------------------------------------------
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true",
+                        help=f"{QUICK.days} days of data and {QUICK.runs} runs (smoke test)")
+    parser.add_argument("--runs", type=int, default=None,
+                        help=f"timed runs of each command ({FULL.runs}; at least 3)")
+    parser.add_argument("--dir", type=Path, default=DEFAULT_DIR,
+                        help=f"where the database is built and kept (default: {DEFAULT_DIR})")
+    parser.add_argument("--rebuild", action="store_true", help="build the database anew")
+    parser.add_argument("--console", default=None, metavar="PATH",
+                        help="the installed `slowdown` script (default: beside this "
+                             "interpreter, else on PATH)")
+    parser.add_argument("--profile", action="store_true",
+                        help="also -X importtime and cProfile of both commands")
+    parser.add_argument("--json", type=Path, default=None, metavar="FILE",
+                        help="also write the raw timings to FILE")
+    args = parser.parse_args(argv)
+    sizes = QUICK if args.quick else FULL
+    runs = args.runs if args.runs is not None else sizes.runs
+    if runs < 3:
+        parser.error("--runs must be at least 3")
+    directory = args.dir.resolve()
+
+    db, info, built = database(directory, sizes.days, args.rebuild)
+    config = write_config(directory, db)
+    script = console_script(args.console)
+    rows = commands(db, config, info["end"], sizes.days, script, directory / "pycache")
+    by_key = {c.key: c for c in rows}
+    uptime_cmd = by_key.get("uptime-script", by_key["uptime-module"])
+    history_cmd = by_key["history"]
+    state_before = source_state()
+    shown = check_output(uptime_cmd, len(TARGETS), db)
+    check_output(history_cmd, info["records"] + 1, db)  # a header and a row per minute record
+
+    load_before = load_average()
+    began = time.perf_counter()
+    times = measure(rows, runs, directory, db)
+    elapsed = time.perf_counter() - began
+    memory = {c.key: peak_memory(c) for c in rows}
+
+    mib = info["bytes"] / 2**20
+    out = [
+        environment(script), state_before, "",
+        f"database: {db} ({'built now' if built else 'reused, built ' + info['built']}"
+        f"{', schema migrated ' + info['migrated'] if 'migrated' in info else ''}); "
+        f"{info['records']:,} minute records ({sizes.days} days x 1440 minutes x "
+        f"{len(TARGETS)} targets x {len(OPS)} ops, {PER_MINUTE} samples each); "
+        f"{mib:,.1f} MiB ({info['bytes'] / info['records']:.0f} B per record); "
+        f"build: Store.write {info['write_seconds']:.1f} s (one transaction per day), "
+        f"baseline.maintain {info['maintain_seconds']:.2f} s ({info['baselines']} baselines)",
+        f"end of the data (--at): @{info['end']} = "
+        f"{datetime.datetime.fromtimestamp(info['end'], datetime.timezone.utc):%Y-%m-%dT%H:%MZ}"
+        f"; configuration: {config}",
+        f"runs: {runs} per command, interleaved (rotated order), after one warm-up each; "
+        f"{elapsed:.0f} s in all; load average before: {load_before}, after: {load_average()}",
+        "",
+        "output of the measured `slowdown`:", "", "```", shown.rstrip(), "```", "",
+        table(rows, times, memory), "",
+        "peak RSS: from one more run of each under /usr/bin/time -f %M.", "",
+        "ours / anchor, ratio of the medians (and the range of the per-round ratios):", "",
+        ratios(rows, times), "",
+        "the commands exactly as run (DB, END and the interpreters spelled out; SLOWDOWN_CONFIG"
+        f"={config}, PYTHONPYCACHEPREFIX={directory / 'pycache'} unless said otherwise):", "",
+        "```", *(f"{c.key}: {shlex.join(c.argv)}" for c in rows), "```", "",
+        *([f"the schema moved on during the run: database migrated at {', '.join(MIGRATIONS)}"
+           ] if MIGRATIONS else []),
+        f"at the end of the run, {source_state()}",
+        f"own modules' __pycache__ beside the source: "
+        f"{'present' if source_pycache().exists() else 'absent'} ({source_pycache()})",
+    ]
+    print("\n".join(out))
+    if args.json:
+        args.json.write_text(json.dumps({
+            "database": info, "runs": runs,
+            "commands": [{"key": c.key, "label": c.label, "argv": c.argv, "goal": c.goal,
+                          "seconds": times[c.key], "peak_rss": memory[c.key]} for c in rows],
+        }, indent=1) + "\n")
+    if args.profile:
+        with tempfile.TemporaryDirectory(prefix="slowdown-bench-prof-") as tmp:
+            for command in (uptime_cmd, history_cmd):
+                print("\n" + import_times(command))
+                print("\n" + cprofile(command, Path(tmp)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,520 @@
+"""``slowdown import-fio``: fio's bin layouts, the log parser, merging, outputs and bad input.
+
+Fast: reads the real fio 3.33 sample logs in ../shared/data/fio (see its README) in place and
+small logs written here in fio's exact format. The comparison with fio itself and with
+Debian's fiologparser_hist.py on freshly run fio lives in test_fio_real.py.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from slowdown.analysis.fio import FioLogError, histlog
+from slowdown.analysis.fio.cli import import_fio
+from slowdown.analysis.fio.histlog import HistLog, RawBlock, TextBlocks, parse_block
+from slowdown.analysis.fio.latlog import LatLog
+from slowdown.analysis.fio.layout import Layout, fine_index
+from slowdown.analysis.fio.merge import (
+    IntervalSeries,
+    bin_stats,
+    exact_stats,
+    host_of,
+    merge,
+    open_sources,
+)
+from slowdown.analysis.store import Selection, Store
+
+SAMPLES = Path(__file__).resolve().parents[2] / "shared" / "data" / "fio"
+HIST = sorted(SAMPLES.glob("h_clat_hist.*.log"))
+COARSE = SAMPLES / "coarse3" / "h_clat_hist.1.log"
+NS = Layout(29)
+
+
+def _runner() -> CliRunner:
+    try:
+        return CliRunner(mix_stderr=False)  # click < 8.2 mixes stderr into output by default
+    except TypeError:
+        return CliRunner()
+
+
+def run(*args: object, code: int = 0):
+    result = _runner().invoke(import_fio, [str(a) for a in args], catch_exceptions=False)
+    assert result.exit_code == code, (result.output, result.stderr)
+    return result
+
+
+def table(text: str) -> list[dict[str, str]]:
+    return list(csv.DictReader(io.StringIO(text), skipinitialspace=True))
+
+
+def file_counts(path: Path) -> np.ndarray:
+    """(lines, 3 + bins) of a histogram log, read the slow, obvious way."""
+    return np.array([[int(x) for x in line.split(",")] for line in path.read_text().splitlines()])
+
+
+def write_hist(path: Path, lines, layout: Layout = NS) -> Path:
+    """A histogram log in fio's format from (time, ddir, {bin: count}) lines."""
+    with open(path, "w") as f:
+        for time, ddir, counts in lines:
+            row = np.zeros(layout.bins, dtype=np.int64)
+            for index, count in counts.items():
+                row[index] = count
+            f.write(f"{time}, {ddir}, 4096, " + ", ".join(map(str, row.tolist())) + "\n")
+    return path
+
+
+def write_lat(path: Path, rows, extra: str = ", 4096, 0") -> Path:
+    """A latency log in fio's format from (time, value, ddir) rows."""
+    with open(path, "w") as f:
+        for time, value, ddir in rows:
+            f.write(f"{time}, {value}, {ddir}{extra}\n")
+    return path
+
+
+# -- fio's bins ---------------------------------------------------------------------------------
+
+def test_bin_values_are_fios_own():
+    """fio's json+ output names each bin by plat_idx_to_val: ours agree for every bin seen."""
+    doc = json.loads((SAMPLES / "fio-output-jsonplus.json").read_text())
+    keys = {int(k) for job in doc["jobs"] for ddir in ("read", "write")
+            for k in job[ddir]["clat_ns"].get("bins", {})}
+    assert len(keys) > 100
+    values = np.array(sorted(keys))
+    index = NS.index(values)
+    assert (NS.values[index] == values).all()
+    assert ((NS.lower[index] <= values) & (values < NS.upper[index])).all()
+
+
+def test_layouts_are_told_apart_by_their_bin_count():
+    for groups, unit in ((29, "ns"), (19, "us")):
+        for coarseness in range(7):
+            bins = (groups * 64) >> coarseness
+            layout = Layout.from_bins(bins)
+            assert (layout.groups, layout.coarseness, layout.unit) == (groups, coarseness, unit)
+            assert layout.values.size == layout.bins == bins
+    for bins in (0, 18, 1000, 1855, 1857, 3712):
+        assert Layout.from_bins(bins) is None
+
+
+def test_every_value_falls_in_its_bin():
+    rng = np.random.default_rng(1)
+    values = np.concatenate([np.arange(0, 5000), rng.integers(0, 2**34, 100_000)])
+    for layout in (NS, Layout(19), Layout(29, 3), Layout(19, 6)):
+        index = layout.index(values)
+        inside = values < layout.max_value
+        assert ((layout.lower[index] <= values) | ~inside).all()
+        assert ((values < layout.upper[index]) | ~inside).all()
+        assert (index[~inside] == layout.bins - 1).all()
+        # From 128 on a bin is at most 1/64 of its values wide, 2**c times that when coarser.
+        big = layout.lower >= 128
+        assert (layout.width[big] / layout.lower[big] <= 2**layout.coarseness / 64).all()
+
+
+def test_coarse_bins_are_unions_of_fine_ones():
+    rng = np.random.default_rng(2)
+    counts = rng.integers(0, 5, (3, NS.bins))
+    coarse = NS.coarsen(counts, 3)
+    layout = Layout(29, 3)
+    assert coarse.shape == (3, layout.bins)
+    assert (coarse.sum(axis=1) == counts.sum(axis=1)).all()
+    assert (layout.lower == NS.lower[::8]).all()
+    assert (layout.upper == NS.upper[7::8]).all()
+    values = rng.integers(0, 2**30, 1000)
+    assert (layout.index(values) == NS.index(values) >> 3).all()
+    assert (fine_index(values, NS.fine_bins) == NS.index(values)).all()
+
+
+# -- the parser ---------------------------------------------------------------------------------
+
+def _slow(raw: RawBlock, columns: int, wanted):
+    return histlog._slow(raw.data, columns, wanted, str)
+
+
+def _fast(raw: RawBlock, columns: int) -> np.ndarray | None:
+    out = np.empty(raw.size * columns, dtype=np.int64)
+    lines = histlog._fast(raw, columns, None, out)
+    return None if lines is None else out[:lines * columns].reshape(lines, columns)
+
+
+def _blocks(path: Path, size: int) -> list[RawBlock]:
+    text = TextBlocks(path, size)
+    blocks = []
+    while True:
+        raw = text.read()
+        if raw is None:
+            return blocks
+        blocks.append(RawBlock(bytes(raw.buffer), raw.start, raw.end, raw.index,
+                               raw.unterminated))
+
+
+def test_fast_parser_agrees_with_python_on_real_logs():
+    for path in (HIST[0], COARSE):
+        expected = file_counts(path)
+        for size in (4096, 1 << 20):
+            parts = []
+            for raw in _blocks(path, size):
+                fast = _fast(raw, expected.shape[1])
+                assert fast is not None, "a real fio log takes the fast path"
+                assert (fast == _slow(raw, expected.shape[1], None)[0]).all()
+                parts.append(fast)
+            assert (np.vstack(parts) == expected).all()
+
+
+def test_numbers_of_every_length(tmp_path):
+    """1 to 18 digits, fields of one line in different lengths, hexadecimal priorities."""
+    rng = np.random.default_rng(3)
+    n = 20_000
+    digits = rng.integers(1, 19, (n, 2))
+    numbers = [[int(rng.integers(10 ** (d - 1) if d > 1 else 0, 10**d)) for d in row]
+               for row in digits]
+    path = tmp_path / "l_clat.1.log"
+    with open(path, "w") as f:
+        for i, (a, b) in enumerate(numbers):
+            f.write(f"{a}, {b}, {i % 3}, 4096, 0x{i % 65536:04x}\n")
+    log = LatLog(path, 5)
+    blocks = _blocks(path, 64 << 10)
+    got = np.hstack([parse_block(raw, 5, (0, 1, 2), str)[0] for raw in blocks])
+    assert got[0].tolist() == [a for a, _ in numbers]
+    assert got[1].tolist() == [b for _, b in numbers]
+    assert got[2].tolist() == [i % 3 for i in range(n)]
+    block = log.parse(blocks[0])
+    assert block.values[0] == numbers[0][1]
+
+
+def test_blocks_split_only_at_line_ends(tmp_path):
+    path = write_lat(tmp_path / "l_lat.1.log", [(t, 1000 + t, t % 2) for t in range(5000)])
+    for size in (4096, 5000, 1 << 20):
+        blocks = _blocks(path, size)
+        assert all(raw.buffer[raw.end - 1] == 10 for raw in blocks)
+        values = np.hstack([parse_block(raw, 5, (1,), str)[0] for raw in blocks])
+        assert values[0].tolist() == [1000 + t for t in range(5000)]
+
+
+def test_spacing_other_than_fios_is_read_too(tmp_path):
+    path = tmp_path / "l_clat.1.log"
+    path.write_text("1,200,0,4096,0\n2 ,  300, 1,4096, 0\n\n3, 400, 0, 4096, 0")
+    result = run("-i", 10, path)
+    rows = table(result.stdout)
+    assert [r["samples"] for r in rows] == ["3"]
+    assert rows[0]["min"] == "200" and rows[0]["max"] == "400"
+
+
+# -- merging and percentiles --------------------------------------------------------------------
+
+def test_end_mode_counts_every_sample_once():
+    total = sum(int(file_counts(p)[:, 3:].sum()) for p in HIST)
+    rows = table(run(*HIST).stdout)
+    assert sum(int(r["samples"]) for r in rows) == total
+    ends = [int(r["end-time"]) for r in rows]
+    assert ends == sorted(ends) and all(e % 1000 == 0 for e in ends)
+
+
+def test_directions_split_the_mixed_rows():
+    rows = table(run("--directions", "rwm", "-i", 2000, *HIST).stdout)
+    by = {}
+    for r in rows:
+        by.setdefault(r["end-time"], {})[r["dir"]] = int(r["samples"])
+    for dirs in by.values():
+        assert dirs["m"] == dirs.get("r", 0) + dirs.get("w", 0)
+    assert [r["dir"] for r in rows[:3]] == ["m", "r", "w"]
+
+
+def test_weighting_spreads_samples_over_intervals():
+    total = sum(int(file_counts(p)[:, 3:].sum()) for p in HIST)
+    plain = table(run(*HIST).stdout)
+    weighted = table(run("--weighted", *HIST).stdout)
+    shares = sum(float(r["samples"]) for r in weighted)
+    # Only the shares before time 0 (the first lines reach back half an interval) are lost.
+    assert 0.97 * total < shares <= total + len(weighted)
+    assert len(weighted) >= len(plain)
+    assert abs(float(weighted[5]["median"]) / float(plain[5]["median"]) - 1) < 0.1
+
+
+def test_rank_method_is_fios_own_percentile():
+    """One interval over a whole job: fio's json+ percentiles of the same job, computed by fio
+    from the same bins (the log lacks only the last partial window)."""
+    doc = json.loads((SAMPLES / "fio-output-jsonplus.json").read_text())
+    for number, path in enumerate(HIST, start=1):
+        job = doc["jobs"][number - 1]
+        ddir = "read" if job["jobname"] == "rd" else "write"
+        fio = job[ddir]["clat_ns"]["percentile"]
+        row = table(run("--method", "rank", "-i", 10**9, "-p", "90,99", path).stdout)[0]
+        for ours, p in ((row["median"], "50.000000"), (row["90%"], "90.000000"),
+                        (row["99%"], "99.000000")):
+            bin_ = NS.index(np.array([fio[p]]))[0]
+            assert abs(NS.index(np.array([int(float(ours))]))[0] - bin_) <= 1, (path, p)
+
+
+def test_a_coarse_log_merges_with_fine_ones(tmp_path):
+    """Bins of a finer log are summed into the coarser layout: exactly the same result as
+    merging a log that fio had coarsened itself."""
+    fine = file_counts(HIST[0])
+    coarse_copy = tmp_path / "h_clat_hist.9.log"
+    coarsened = np.hstack([fine[:, :3], NS.coarsen(fine[:, 3:], 3)])
+    coarse_copy.write_text("".join(", ".join(map(str, row)) + "\n" for row in coarsened))
+    mixed = run(HIST[0], COARSE).stdout
+    same = run(coarse_copy, COARSE).stdout
+    assert mixed == same
+    assert table(mixed)[0]["samples"]
+
+
+def test_bin_stats_interp_is_fiologparsers_formula():
+    """fiologparser_hist.py: cdf at each bin's value, ``100 * (cumsum - w / 2) / sum``, read off
+    with numpy.interp, over all bins, empty ones included."""
+    rng = np.random.default_rng(4)
+    values = NS.values
+    hists = np.zeros((40, NS.bins))
+    for row in hists:
+        bins = rng.integers(100, 900, int(rng.integers(1, 30)))
+        row[bins] = rng.integers(1, 50, bins.size) * rng.random(bins.size)
+    percents = [50, 90, 95, 99, 99.9, 0, 100]
+    total, low, mean, got, high = bin_stats(hists, values, percents, "interp")
+    for i, (row, expected) in enumerate(zip(hists, got)):
+        cdf = 100 * (row.cumsum() - row / 2) / row.sum()
+        assert np.allclose(np.interp(percents, cdf, values), expected, rtol=1e-12)
+        filled = np.flatnonzero(row)
+        assert (low[i], high[i]) == (values[filled[0]], values[filled[-1]])
+        assert total[i] == pytest.approx(row.sum())
+        assert mean[i] == pytest.approx((row * values).sum() / row.sum())
+    ranks = bin_stats(hists.round() + (hists > 0), values, [50, 100], "rank")[3]
+    assert (ranks[:, 1] == high).all()
+
+
+def test_exact_stats_are_order_statistics():
+    rng = np.random.default_rng(5)
+    for n in (1, 2, 7, 100, 10_001):
+        values = rng.integers(0, 10**9, n)
+        ordered = np.sort(values)
+        count, low, mean, pcts, high = exact_stats(values.copy(), [50, 90, 99, 99.9, 100])
+        assert (count, low, high) == (n, ordered[0], ordered[-1])
+        assert mean == pytest.approx(ordered.mean())
+        for p, got in zip([50, 90, 99, 99.9, 100], pcts):
+            assert got == ordered[max(1, math.ceil(round(p / 100 * n, 9))) - 1]
+
+
+def test_latency_logs_give_exact_percentiles(tmp_path):
+    rng = np.random.default_rng(6)
+    rows = []
+    for _ in range(3):
+        times = np.sort(rng.integers(0, 5000, 3000))
+        values = rng.lognormal(11, 0.5, 3000).astype(np.int64)
+        rows.append(list(zip(times.tolist(), values.tolist(), (times % 2).tolist())))
+    paths = [write_lat(tmp_path / f"l_clat.{i}.log", r, extra=extra)
+             for i, (r, extra) in enumerate(zip(rows, (", 4096", ", 4096, 0", ", 4096, 0, 12")))]
+    got = table(run("-p", "90,99.9", "--directions", "mr", *paths).stdout)
+    every = [(t, v, d) for r in rows for t, v, d in r]
+    for row in got:
+        end = int(row["end-time"])
+        values = np.sort([v for t, v, d in every if end - 1000 <= t < end
+                          and (row["dir"] == "m" or d == 0)])
+        n = values.size
+        assert int(row["samples"]) == n
+        assert float(row["median"]) == values[math.ceil(n / 2) - 1]
+        assert float(row["99.9%"]) == values[math.ceil(round(0.999 * n, 9)) - 1]
+        assert float(row["avg"]) == pytest.approx(values.mean(), abs=1e-3)
+        assert (int(row["min"]), int(row["max"])) == (values[0], values[-1])
+
+
+def test_units_and_json(tmp_path):
+    csv_ns = table(run("-i", 5000, *HIST).stdout)
+    csv_us = table(run("-i", 5000, "--unit", "us", "--decimals", 6, *HIST).stdout)
+    doc = json.loads(run("-i", 5000, "--format", "json", "--unit", "s", *HIST).stdout)
+    assert doc["unit"] == "s" and doc["kind"] == "histogram" and doc["interval_ms"] == 5000
+    for ns, us, row in zip(csv_ns, csv_us, doc["rows"]):
+        assert float(us["median"]) == pytest.approx(float(ns["median"]) / 1000, abs=1e-6)
+        assert row["median"] == pytest.approx(float(ns["median"]) * 1e-9, rel=1e-6)
+        assert row["p99"] == pytest.approx(float(ns["99%"]) * 1e-9, rel=1e-6)
+        assert row["end_ms"] == int(ns["end-time"]) and row["dir"] == "m"
+
+
+def test_output_file_is_written_whole_and_never_replaced_unasked(tmp_path):
+    out = tmp_path / "p.csv"
+    run("-o", out, HIST[0])
+    first = out.read_text()
+    assert first.startswith("end-time, samples, min, avg, median, 90%, 95%, 99%, max\n")
+    result = run("-o", out, HIST[1], code=2)
+    assert "exists" in result.stderr and out.read_text() == first
+    run("-o", out, "--force", HIST[1])
+    assert out.read_text() != first
+    assert [p.name for p in tmp_path.iterdir()] == ["p.csv"]
+
+
+def test_progress_bar_can_be_forced():
+    result = run("--progress", HIST[0])
+    assert table(result.stdout)
+
+
+# -- hosts and time offsets ---------------------------------------------------------------------
+
+def test_host_offsets_shift_one_hosts_logs(tmp_path):
+    for host in ("n1", "n2"):
+        (tmp_path / host).mkdir()
+        shutil.copy(HIST[0], tmp_path / host / HIST[0].name)
+    logs = [tmp_path / "n1" / HIST[0].name, tmp_path / "n2" / HIST[0].name]
+    alone = table(run("-i", 100, HIST[0]).stdout)
+    shifted = table(run("-i", 100, "--host-offset", "n2=5000", *logs).stdout)
+    by_end = {int(r["end-time"]): int(r["samples"]) for r in shifted}
+    first = {int(r["end-time"]): int(r["samples"]) for r in alone}
+    for end, samples in first.items():
+        assert by_end.get(end, 0) >= samples
+    assert by_end[max(first) + 5000] == first[max(first)]
+    assert sum(by_end.values()) == 2 * sum(first.values())
+    result = run("--host-offset", "n3=10", *logs, code=2)
+    assert "--host-offset n3: no file belongs to this host" in result.stderr
+
+
+def test_hosts_of_fio_client_logs_and_directories():
+    assert host_of(Path("h_clat_hist.1.log.node7.example.org"), []) == "node7.example.org"
+    assert host_of(Path("run/n2/h_clat_hist.1.log"), ["n1", "n2"]) == "n2"
+    assert host_of(Path("run/h_clat_hist.1.log"), ["n1"]) is None
+
+
+# -- the database -------------------------------------------------------------------------------
+
+def test_into_db_writes_minute_records_like_the_probes(tmp_path):
+    db = tmp_path / "fio.db"
+    start = "2026-11-21T15:56:25Z"
+    result = run("--into-db", "fio-run", "--db", db, "--start", start, "--host", "n1", *HIST)
+    assert "minute records of target fio-run (n1)" in result.stderr
+    total = sum(int(file_counts(p)[:, 3:].sum()) for p in HIST)
+    with Store(db, readonly=True) as store:
+        assert store.series() == [("n1", "fio-run", "read"), ("n1", "fio-run", "write")]
+        records = list(store.records())
+        assert {r.start for r in records} == {1795276560}
+        assert sum(r.histogram.count for r in records) == total
+        merged = store.aggregate(Selection(targets=("fio-run",))).histogram
+    exact = table(run("--method", "rank", "-i", 10**9, "-p", "90,99", *HIST).stdout)[0]
+    for q, name in ((0.5, "median"), (0.9, "90%"), (0.99, "99%")):
+        assert merged.quantile(q) == pytest.approx(float(exact[name]) * 1e-9, rel=0.019)
+    # A second import of the same minutes would count every sample twice: refused.
+    again = run("--into-db", "fio-run", "--db", db, "--start", start, "--host", "n1", *HIST,
+                code=2)
+    assert "already holds records" in again.stderr
+    run("--into-db", "fio-run", "--db", db, "--start", start, "--host", "n1", "--merge",
+        HIST[0])
+    with Store(db, readonly=True) as store:
+        assert store.aggregate().histogram.count == total + int(file_counts(HIST[0])[:, 3:].sum())
+
+
+def test_into_db_needs_the_start_of_relative_logs(tmp_path):
+    result = run("--into-db", "x", "--db", tmp_path / "x.db", HIST[0], code=2)
+    assert "give --start" in result.stderr
+    assert not (tmp_path / "x.db").exists()
+
+
+def test_into_db_of_epoch_logs_and_latency_logs(tmp_path):
+    epoch = 1795276585000
+    lat = write_lat(tmp_path / "l_clat.1.log.nodeA",
+                    [(epoch + t, 50_000 + t, t % 2) for t in range(0, 120_000, 7)])
+    db = tmp_path / "l.db"
+    run("--into-db", "lat", "--db", db, lat)
+    with Store(db, readonly=True) as store:
+        records = list(store.records())
+        assert {r.host for r in records} == {"nodeA"}
+        assert sorted({r.start for r in records}) == [1795276560, 1795276620, 1795276680]
+        h = store.aggregate().histogram
+        assert h.count == len(range(0, 120_000, 7))
+        assert h.min == pytest.approx(50e-6) and h.max == pytest.approx((50_000 + 119_994) * 1e-9)
+    result = run("--into-db", "lat", "--db", db, "--start", "@1", lat, code=2)
+    assert "leave --start out" in result.stderr
+
+
+# -- bad input ----------------------------------------------------------------------------------
+
+def _hist_line(time: int, ddir: int = 0, bins: int = 1856, count: int = 1) -> str:
+    return f"{time}, {ddir}, 4096, " + ", ".join([str(count)] + ["0"] * (bins - 1))
+
+
+@pytest.mark.parametrize("name, text, where, what", [
+    ("short line", [_hist_line(100), _hist_line(200, bins=1000), _hist_line(300)],
+     2, "expected 1859 comma-separated fields, found 1003"),
+    ("not a number", [_hist_line(100), _hist_line(200).replace(", 1, ", ", x1, ", 1)],
+     2, "field 4 (bin 0): expected a whole number, found 'x1'"),
+    ("negative", [_hist_line(100), _hist_line(200).replace(", 1, ", ", -1, ", 1)],
+     2, "field 4 (bin 0): expected a whole number, found '-1'"),
+    ("empty field", [_hist_line(100), _hist_line(200).replace(", 1, ", ", , ", 1)],
+     2, "field 4 (bin 0): expected a whole number, found an empty field"),
+    ("direction", [_hist_line(100), _hist_line(200, ddir=3)],
+     2, "field 3 (direction): expected 0 (read), 1 (write) or 2 (trim), found 3"),
+    # Jobs one after another in one file (fio's per_job_logs=0); beyond a block of the parser.
+    ("backwards", [_hist_line(t) for t in range(100, 200_000, 100)] * 2,
+     2000, "time 100 ms falls before"),
+])
+def test_bad_histogram_logs_name_file_and_line(tmp_path, name, text, where, what):
+    path = tmp_path / "h_clat_hist.1.log"
+    path.write_text("\n".join(text) + "\n")
+    out = tmp_path / "out.csv"
+    result = run("-i", 1000, "-o", out, path, code=2)
+    assert f"{path}:{where}: {what}" in result.stderr, result.stderr
+    assert not out.exists()
+
+
+def test_a_truncated_last_line_is_named(tmp_path):
+    path = tmp_path / "h_clat_hist.1.log"
+    path.write_text(_hist_line(100) + "\n" + _hist_line(200)[:500])
+    result = run(path, code=2)
+    assert f"{path}:2: expected 1859 comma-separated fields, found 166 (the file ends in " \
+           "the middle of this line: truncated?)" in result.stderr
+
+
+def test_a_last_line_without_newline_is_still_read(tmp_path):
+    path = tmp_path / "h_clat_hist.1.log"
+    path.write_text(_hist_line(100) + "\n" + _hist_line(200))
+    assert table(run(path).stdout)[0]["samples"] == "2"
+
+
+def test_mixed_layouts_and_kinds_are_refused(tmp_path):
+    us = tmp_path / "h_clat_hist.2.log"
+    us.write_text(_hist_line(100, bins=1216) + "\n")
+    result = run(HIST[0], us, code=2)
+    assert f"{us}:1: the 1216-bin layout (fio < 3.0, us), but {HIST[0]} has the 1856-bin " \
+           "layout (fio >= 3.0, ns): mixed layouts do not merge" in result.stderr
+    lat = write_lat(tmp_path / "l_lat.1.log", [(1, 2, 0)])
+    result = run(HIST[0], lat, code=2)
+    assert f"{lat}:1: a latency log, but {HIST[0]} is a histogram log" in result.stderr
+
+
+def test_unknown_and_unreadable_files(tmp_path):
+    odd = tmp_path / "x.log"
+    odd.write_text("1, 2, 3, 4, 5, 6, 7, 8, 9, 10\n")
+    assert f"{odd}:1: expected a fio histogram log" in run(odd, code=2).stderr
+    assert "found 10 fields" in run(odd, code=2).stderr
+    bw = write_lat(tmp_path / "x_bw.1.log", [(1, 2, 0)])
+    assert f"{bw}:1: expected a latency log, found a bandwidth log" in run(bw, code=2).stderr
+    missing = tmp_path / "none.log"
+    assert f"{missing}: cannot read it" in run(missing, code=2).stderr
+    assert "given twice" in run(HIST[0], HIST[0], code=2).stderr
+    empty = tmp_path / "l_slat.1.log"
+    empty.write_text("")
+    assert "every file is empty" in run(empty, code=2).stderr
+    result = run(empty, HIST[0])
+    assert f"{empty}: empty, skipped" in result.stderr and table(result.stdout)
+
+
+def test_option_mistakes_are_usage_errors(tmp_path):
+    assert "expected HOST=MS" in run("--host-offset", "n1", HIST[0], code=2).stderr
+    assert "letters of r, w, t and m" in run("--directions", "x", HIST[0], code=2).stderr
+    assert "percentiles like" in run("-p", "90,abc", HIST[0], code=2).stderr
+    assert "--into-db needs --db" in run("--into-db", "x", HIST[0], code=2).stderr
+    assert "go with --into-db" in run("--db", tmp_path / "x.db", HIST[0], code=2).stderr
+    lat = write_lat(tmp_path / "l_lat.1.log", [(1, 2, 0)])
+    assert "applies to histogram logs" in run("--weighted", lat, code=2).stderr
+
+
+def test_library_errors_carry_file_and_line(tmp_path):
+    path = tmp_path / "h_clat_hist.1.log"
+    path.write_text(_hist_line(100) + "\n" + _hist_line(200, ddir=7) + "\n")
+    sources = open_sources([path])
+    with pytest.raises(FioLogError) as caught:
+        list(merge(sources, IntervalSeries(sources)))
+    assert (caught.value.path, caught.value.line) == (str(path), 2)
+    assert isinstance(sources[0].log, HistLog)

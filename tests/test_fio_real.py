@@ -1,0 +1,286 @@
+"""``slowdown import-fio`` against fio itself and against Debian's fiologparser_hist.py.
+
+One real fio run (Debian's fio: four jobs, O_DIRECT on a loop-mounted ext4, histogram logs
+every 100 ms, one job at ``--log_hist_coarseness=3``, and raw latency logs) feeds every test:
+
+- fio's own binning (its json+ output) equals ours applied to the raw latencies;
+- every percentile agrees with Debian's fiologparser_hist.py within one histogram bin, in its
+  weighted and ``--noweight`` modes, per direction, at coarseness 0 and 3, for the real sample
+  in ../shared/data/fio too, and for the 1216-bin microsecond layout of fio before 3.0
+  (written here from the raw latencies, as fio 2 would have binned them);
+- percentiles from the histogram logs agree with exact percentiles of the raw latency logs of
+  the same run within the bin width, and so do those read back from the database.
+
+Needs root (the loop mount), fio and pandas (fiologparser_hist.py imports it): see
+tests/fio_requirements.txt. The whole module takes about 20 seconds.
+"""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import io
+import json
+import math
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from slowdown.analysis.fio.cli import import_fio
+from slowdown.analysis.fio.layout import Layout
+from slowdown.analysis.store import Selection, Store
+from tests.faultfs.realfs import ext4_image
+from tests.fixtures_fs import require_root
+
+SAMPLES = Path(__file__).resolve().parents[2] / "shared" / "data" / "fio"
+FIOLOGPARSER = Path("/usr/share/doc/fio/fiologparser_hist.py.gz")
+NS = Layout(29)
+RUNTIME = 4  # seconds of fio
+
+
+def _runner() -> CliRunner:
+    try:
+        return CliRunner(mix_stderr=False)
+    except TypeError:
+        return CliRunner()
+
+
+def ours(*args: object) -> str:
+    result = _runner().invoke(import_fio, [str(a) for a in args], catch_exceptions=False)
+    assert result.exit_code == 0, result.stderr
+    return result.stdout
+
+
+def rows(text: str) -> list[dict[str, str]]:
+    return list(csv.DictReader(io.StringIO(text), skipinitialspace=True))
+
+
+@pytest.fixture(scope="module")
+def fio(tmp_path_factory) -> SimpleNamespace:
+    """One fio run: h_clat_hist.{1..4}.log (job 4 at coarseness 3), l_clat.{1..4}.log."""
+    require_root("the fio run (a loop-mounted ext4 for O_DIRECT)")
+    assert shutil.which("fio"), "fio is missing: apt-get install fio (tests/fio_requirements.txt)"
+    base = tmp_path_factory.mktemp("fio")
+    logs = base / "logs"
+    logs.mkdir()
+    with ext4_image(base, 64) as mount:
+        done = subprocess.run(
+            ["fio", f"--directory={mount}", "--size=8M", "--bs=4k", "--direct=1",
+             "--ioengine=psync", "--time_based", f"--runtime={RUNTIME}",
+             f"--write_hist_log={logs}/h", "--log_hist_msec=100",
+             f"--write_lat_log={logs}/l", "--log_avg_msec=0",
+             "--output-format=json+", f"--output={logs}/fio.json",
+             "--name=rd", "--rw=randread", "--numjobs=2",
+             "--name=wr", "--rw=randwrite",
+             "--name=coarse", "--rw=randread", "--log_hist_coarseness=3"],
+            capture_output=True, text=True, timeout=60 + RUNTIME)
+    assert done.returncode == 0, done.stderr
+    hist = [logs / f"h_clat_hist.{n}.log" for n in range(1, 5)]
+    lat = [logs / f"l_clat.{n}.log" for n in range(1, 5)]
+    assert all(p.stat().st_size for p in hist + lat)
+    return SimpleNamespace(logs=logs, hist=hist, lat=lat,
+                           json=json.loads((logs / "fio.json").read_text()))
+
+
+@pytest.fixture(scope="module")
+def fiologparser(tmp_path_factory) -> Path:
+    """Debian's fiologparser_hist.py, which the fio package ships only gzipped."""
+    assert FIOLOGPARSER.exists(), f"{FIOLOGPARSER} is missing: apt-get install fio"
+    script = tmp_path_factory.mktemp("parser") / "fiologparser_hist.py"
+    script.write_bytes(gzip.decompress(FIOLOGPARSER.read_bytes()))
+    return script
+
+
+def theirs(script: Path, *args: object) -> str:
+    done = subprocess.run([sys.executable, str(script), *map(str, args)], capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def latencies(path: Path) -> np.ndarray:
+    """(time ms, latency, direction) of a latency log."""
+    return np.loadtxt(path, delimiter=",", dtype=np.int64, usecols=(0, 1, 2), ndmin=2)
+
+
+def assert_within_a_bin(mine: str, reference: str, layout: Layout, weighted: bool) -> None:
+    """Same rows; percentiles within one bin; the mean within half a fine bin of each value
+    (fiologparser_hist.py's bin values lie half a fine bin above fio's)."""
+    a, b = rows(mine), rows(reference)
+    assert a and [r["end-time"] for r in a] == [r["end-time"] for r in b]
+    assert [r.get("dir") for r in a] == [r.get("dir") for r in b]
+    percentiles = [k for k in b[0] if k == "median" or k.endswith("%")]
+    for x, y in zip(a, b):
+        if not weighted:  # the weighted samples column counts differently, see merge.py
+            assert x["samples"] == y["samples"]
+        for name in percentiles:
+            value = float(y[name])
+            width = layout.width[layout.index(np.array([int(value)]))[0]]
+            assert abs(float(x[name]) - value) <= width, (x["end-time"], name, x[name], value)
+        assert abs(float(x["avg"]) - float(y["avg"])) <= float(y["avg"]) / 100 + 1
+        low, high = float(x["min"]), float(x["max"])
+        width_low = layout.width[layout.index(np.array([int(low)]))[0]]
+        width_high = layout.width[layout.index(np.array([int(high)]))[0]]
+        if weighted:  # there: the lower edge of the bin below, the upper edge of the one above
+            assert 0 <= low - float(y["min"]) <= 2 * width_low
+            assert 0 <= float(y["max"]) - high <= 3 * width_high
+        else:
+            assert abs(low - float(y["min"])) <= width_low
+            assert abs(high - float(y["max"])) <= width_high
+
+
+# -- fio's bins ---------------------------------------------------------------------------------
+
+def test_our_binning_is_fios(fio):
+    """Each job's raw latencies, binned by our layout, give exactly fio's json+ bins."""
+    for job, path in zip(fio.json["jobs"], fio.lat):
+        raw = latencies(path)
+        for number, ddir in enumerate(("read", "write")):
+            values = raw[raw[:, 2] == number, 1]
+            counts = np.bincount(NS.index(values), minlength=NS.bins)
+            bins = {int(NS.values[i]): int(c) for i, c in enumerate(counts) if c}
+            fio_bins = {int(k): v for k, v in job[ddir]["clat_ns"].get("bins", {}).items()}
+            assert bins == fio_bins, (path, ddir)
+
+
+# -- fiologparser_hist.py -----------------------------------------------------------------------
+
+def test_noweight_agrees_with_fiologparser(fio, fiologparser):
+    fine = fio.hist[:3]
+    # fiologparser_hist.py --noweight counts a line in an interval up to 10 ms before its end.
+    assert_within_a_bin(ours("--offset-ms", 10, "-p", "90,95,99,99.9", *fine),
+                        theirs(fiologparser, "--noweight", "--percentiles", "90:95:99:99.9",
+                               *fine), NS, weighted=False)
+    assert_within_a_bin(ours("--offset-ms", 10, "--directions", "rwm", *fine),
+                        theirs(fiologparser, "--noweight", "--directions", "rwm", *fine),
+                        NS, weighted=False)
+
+
+def test_weighting_agrees_with_fiologparser(fio, fiologparser):
+    fine = fio.hist[:3]
+    assert_within_a_bin(ours("--weighted", "--directions", "mrw", *fine),
+                        theirs(fiologparser, "--directions", "mrw", *fine), NS, weighted=True)
+    assert_within_a_bin(ours("--weighted", "-i", 500, *fine),
+                        theirs(fiologparser, "-i", 500, *fine), NS, weighted=True)
+
+
+def test_coarse_logs_agree_with_fiologparser(fio, fiologparser):
+    coarse = fio.hist[3]
+    layout = Layout(29, 3)
+    assert len(coarse.read_text().split("\n", 1)[0].split(",")) == 3 + layout.bins
+    assert_within_a_bin(ours("--offset-ms", 10, coarse),
+                        theirs(fiologparser, "--noweight", coarse), layout, weighted=False)
+    assert_within_a_bin(ours("--weighted", coarse), theirs(fiologparser, coarse), layout,
+                        weighted=True)
+
+
+def test_the_shared_sample_agrees_with_fiologparser(fiologparser):
+    fine = sorted(SAMPLES.glob("h_clat_hist.*.log"))
+    coarse = SAMPLES / "coarse3" / "h_clat_hist.1.log"
+    assert_within_a_bin(ours("--offset-ms", 10, *fine), theirs(fiologparser, "--noweight", *fine),
+                        NS, weighted=False)
+    assert_within_a_bin(ours("--weighted", *fine), theirs(fiologparser, *fine), NS,
+                        weighted=True)
+    assert_within_a_bin(ours("--weighted", coarse), theirs(fiologparser, coarse),
+                        Layout(29, 3), weighted=True)
+
+
+def test_the_layout_before_fio_3_agrees_with_fiologparser(fio, fiologparser, tmp_path):
+    """fio before 3.0 logged 1216 bins of microseconds: written here from the raw latencies of
+    the run, every 100 ms per direction, as fio's histogram logging does."""
+    us = Layout(19)
+    paths = []
+    for n, path in enumerate(fio.lat[:3], start=1):
+        raw = latencies(path)
+        out = tmp_path / f"h_clat_hist.{n}.log"
+        with open(out, "w") as f:
+            window = raw[:, 0] // 100
+            for w in np.unique(window):
+                for ddir in (0, 1):
+                    part = raw[(window == w) & (raw[:, 2] == ddir), 1] // 1000
+                    if part.size:
+                        counts = np.bincount(us.index(part), minlength=us.bins)
+                        f.write(f"{(w + 1) * 100}, {ddir}, 4096, "
+                                + ", ".join(map(str, counts.tolist())) + "\n")
+        paths.append(out)
+    assert_within_a_bin(ours("--offset-ms", 10, *paths),
+                        theirs(fiologparser, "--noweight", "--group_nr", 19, *paths), us,
+                        weighted=False)
+    assert_within_a_bin(ours("--weighted", *paths),
+                        theirs(fiologparser, "--group_nr", 19, "--usbin", *paths), us,
+                        weighted=True)
+
+
+# -- exact percentiles from the raw latency logs ------------------------------------------------
+
+def _same_samples(fio, jobs) -> tuple[np.ndarray, int]:
+    """The raw latencies the histogram logs of ``jobs`` hold: each job's samples up to the
+    time of its last histogram line; and how many the two may differ by (samples completed in
+    that last millisecond after fio took the histogram)."""
+    values, slack = [], 0
+    for job in jobs:
+        hist = np.loadtxt(fio.hist[job], delimiter=",", dtype=np.int64, ndmin=2)
+        raw = latencies(fio.lat[job])
+        last = int(hist[:, 0].max())
+        values.append(raw[raw[:, 0] <= last, 1])
+        in_hist = int(hist[:, 3:].sum())
+        slack += abs(in_hist - values[-1].size) + int(np.count_nonzero(raw[:, 0] == last))
+    return np.sort(np.concatenate(values)), slack
+
+
+@pytest.mark.parametrize("jobs, layout", [((0, 1, 2), NS), ((3,), Layout(29, 3))])
+def test_histogram_percentiles_match_exact_ones(fio, jobs, layout):
+    exact, slack = _same_samples(fio, jobs)
+    n = exact.size
+    assert n > 1000
+    percents = [50, 90, 95, 99, 99.9]
+    hist = [fio.hist[j] for j in jobs]
+    for method in ("rank", "interp"):
+        row = rows(ours("--method", method, "-i", 10**9, "-p", "90,95,99,99.9", *hist))[0]
+        assert abs(int(row["samples"]) - n) <= slack
+        for p, name in zip(percents, ["median", "90%", "95%", "99%", "99.9%"]):
+            rank = max(1, math.ceil(round(p / 100 * n, 9)))
+            low = exact[max(rank - 1 - slack, 0)]
+            high = exact[min(rank - 1 + slack, n - 1)]
+            value = float(row[name])
+            width = layout.width[layout.index(np.array([low, high]))].max()
+            assert low - width <= value <= high + width, (method, p, value, low, high, width)
+
+
+def test_latency_logs_give_the_exact_percentiles(fio):
+    raw = np.concatenate([latencies(p) for p in fio.lat])
+    got = rows(ours("-i", 10**9, "-p", "99.9", *fio.lat))[0]
+    values = np.sort(raw[:, 1])
+    n = values.size
+    assert int(got["samples"]) == n
+    assert float(got["median"]) == values[math.ceil(n / 2) - 1]
+    assert float(got["99.9%"]) == values[math.ceil(round(0.999 * n, 9)) - 1]
+    assert (int(got["min"]), int(got["max"])) == (values[0], values[-1])
+
+
+def test_database_quantiles_match_exact_ones(fio, tmp_path):
+    db = tmp_path / "fio.db"
+    for name, files in (("hist", fio.hist[:3]), ("lat", fio.lat[:3])):
+        result = _runner().invoke(import_fio, ["--into-db", name, "--db", str(db), "--start",
+                                               "2026-11-21T12:00:00Z", *map(str, files)])
+        assert result.exit_code == 0, result.stderr
+    exact, slack = _same_samples(fio, (0, 1, 2))
+    every = np.sort(np.concatenate([latencies(p)[:, 1] for p in fio.lat[:3]]))
+    with Store(db, readonly=True) as store:
+        hist = store.aggregate(Selection(targets=("hist",))).histogram
+        lat = store.aggregate(Selection(targets=("lat",))).histogram
+    assert lat.count == every.size and lat.min == every[0] * 1e-9
+    for q in (0.5, 0.9, 0.99, 0.999):
+        rank = max(1, math.ceil(round(q * exact.size, 9)))
+        low = exact[max(rank - 1 - slack, 0)] * 1e-9
+        high = exact[min(rank - 1 + slack, exact.size - 1)] * 1e-9
+        # Half a fio bin (1/128) and our bucket's 1.1 %.
+        assert low * (1 - 0.019) <= hist.quantile(q) <= high * (1 + 0.019), q
+        value = every[max(1, math.ceil(round(q * every.size, 9))) - 1] * 1e-9
+        assert lat.quantile(q) == pytest.approx(value, rel=0.0109), q
