@@ -127,9 +127,11 @@ def assert_within_a_bin(mine: str, reference: str, layout: Layout, weighted: boo
         low, high = float(x["min"]), float(x["max"])
         width_low = layout.width[layout.index(np.array([int(low)]))[0]]
         width_high = layout.width[layout.index(np.array([int(high)]))[0]]
-        if weighted:  # there: the lower edge of the bin below, the upper edge of the one above
+        if weighted:  # there: the lower edge of the bin below, the upper edge of one above,
+            # which at the top of a run can lie several (fine) bins above ours: bound it
+            # relatively; the percentiles above are held to one bin.
             assert 0 <= low - float(y["min"]) <= 2 * width_low
-            assert 0 <= float(y["max"]) - high <= 3 * width_high
+            assert 0 <= float(y["max"]) - high <= max(3 * width_high, 0.05 * high)
         else:
             assert abs(low - float(y["min"])) <= width_low
             assert abs(high - float(y["max"])) <= width_high
