@@ -27,6 +27,39 @@ _RECORD_COLUMNS = """
     PRIMARY KEY (series, start)
 """
 
+# Columns for SQL readers that cannot decode the histogram blobs (Grafana's SQLite plugin):
+# quantiles of each record's histogram, and its counts per bucket at the coarse scale
+# BUCKETS_SCALE as JSON ``{"index": count}``. Values at or below 2**-20 s (about 1 us) count
+# in bucket BUCKETS_LOWEST, values above 2**10 s (about 17 min) in BUCKETS_HIGHEST, so the
+# buckets line up with the Prometheus endpoint's (probe/metrics.py: the same edges at scale 1).
+BUCKETS_SCALE = 2
+BUCKETS_LOWEST = -81
+BUCKETS_HIGHEST = 40
+DERIVED_QUANTILES = (0.5, 0.9, 0.95, 0.99)
+DERIVED_COLUMNS = ("p50", "p90", "p95", "p99", "buckets")
+
+
+def derived_assignments(hist: str, low: str, high: str) -> str:
+    """``p50 = hist_derived(...), ...``: the derived columns recomputed from a histogram blob
+    and its min and max (SQL function registered by the store)."""
+    return ", ".join(f"{column} = hist_derived({hist}, {low}, {high}, {i})"
+                     for i, column in enumerate(DERIVED_COLUMNS))
+
+
+def _latency_bucket_rows() -> str:
+    """``(idx, lower, upper, value)`` of every bucket of the ``buckets`` column, as SQL."""
+    from .mapping import ExponentialMapping
+
+    m = ExponentialMapping(BUCKETS_SCALE)
+    rows = [f"({BUCKETS_LOWEST}, NULL, {m.upper_bound(BUCKETS_LOWEST)!r}, "
+            f"{m.upper_bound(BUCKETS_LOWEST)!r})"]
+    rows += [f"({i}, {m.lower_bound(i)!r}, {m.upper_bound(i)!r}, {m.value(i)!r})"
+             for i in range(BUCKETS_LOWEST + 1, BUCKETS_HIGHEST)]
+    rows.append(f"({BUCKETS_HIGHEST}, {m.lower_bound(BUCKETS_HIGHEST)!r}, NULL, "
+                f"{m.lower_bound(BUCKETS_HIGHEST)!r})")
+    return ", ".join(rows)
+
+
 MIGRATIONS: list[str] = [
     # 1: series and their minute and hour records.
     f"""
@@ -127,6 +160,31 @@ MIGRATIONS: list[str] = [
         ok          INTEGER
     );
     CREATE INDEX alert_outbox_open ON alert_outbox (done_at, next_at);
+    """,
+    # 5: what SQL readers need without decoding histograms (Grafana): per record the p50, p90,
+    # p95 and p99 of its histogram and its bucket counts at scale 2 as JSON, with a table of
+    # those buckets' bounds. The store fills them on every write, merge and rollup; the
+    # updates below fill the records written before (needs the store's SQL functions).
+    f"""
+    ALTER TABLE minutes ADD COLUMN p50 REAL;          -- seconds, NULL when count = 0
+    ALTER TABLE minutes ADD COLUMN p90 REAL;
+    ALTER TABLE minutes ADD COLUMN p95 REAL;
+    ALTER TABLE minutes ADD COLUMN p99 REAL;
+    ALTER TABLE minutes ADD COLUMN buckets TEXT;      -- JSON {{"index": count}}, scale 2
+    ALTER TABLE hours ADD COLUMN p50 REAL;
+    ALTER TABLE hours ADD COLUMN p90 REAL;
+    ALTER TABLE hours ADD COLUMN p95 REAL;
+    ALTER TABLE hours ADD COLUMN p99 REAL;
+    ALTER TABLE hours ADD COLUMN buckets TEXT;
+    CREATE TABLE latency_buckets (
+        idx    INTEGER PRIMARY KEY,       -- key in the buckets JSON
+        lower  REAL,                      -- exclusive, seconds (NULL: the lowest)
+        upper  REAL,                      -- inclusive, seconds (NULL: the highest)
+        value  REAL NOT NULL              -- the value standing for the bucket's members
+    );
+    INSERT INTO latency_buckets (idx, lower, upper, value) VALUES {_latency_bucket_rows()};
+    UPDATE minutes SET {derived_assignments("hist", "min", "max")};
+    UPDATE hours SET {derived_assignments("hist", "min", "max")};
     """,
 ]
 

@@ -7,6 +7,7 @@ Writing a record whose (host, target, op, start) exists merges into it inside SQ
 
 from __future__ import annotations
 
+import functools
 import glob
 import json
 import math
@@ -18,10 +19,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import codec, schema
+from .histogram import Histogram
 from .records import HOUR, MINUTE, NODE_FIELDS, Aggregate, NodeContext, Record
 
 TABLES = {MINUTE: "minutes", HOUR: "hours"}
 _COLUMNS = "count, errors, skipped, sum, sumsq, min, max, stuck, hist"
+_DERIVED = ", ".join(schema.DERIVED_COLUMNS)  # for SQL readers, see schema.py
 
 
 class StoreError(Exception):
@@ -78,10 +81,40 @@ def _hist_merge(a: bytes | None, b: bytes | None) -> bytes | None:
     return codec.encode(codec.merge_blobs([a, b]), moments=False)
 
 
+def derived(h: Histogram) -> tuple:
+    """The derived columns of a record: p50, p90, p95, p99 (None when empty) and the bucket
+    counts at ``schema.BUCKETS_SCALE`` as JSON, clamped to the range that SQL readers know."""
+    quantiles = h.quantiles(schema.DERIVED_QUANTILES) if h.count else [None] * 4
+    shift = h.scale - schema.BUCKETS_SCALE
+    lowest, highest = schema.BUCKETS_LOWEST, schema.BUCKETS_HIGHEST
+    counts: dict[int, int] = {lowest: h.zero_count} if h.zero_count else {}
+    for index, count in h.buckets.counts.items():
+        coarse = index >> shift if shift >= 0 else index << -shift
+        coarse = lowest if coarse < lowest else highest if coarse > highest else coarse
+        counts[coarse] = counts.get(coarse, 0) + count
+    text = ",".join(f'"{i}":{c}' for i, c in sorted(counts.items()) if c)
+    return (*quantiles, "{" + text + "}")
+
+
+@functools.lru_cache(maxsize=16)
+def _derived_of_blob(blob: bytes, low: float | None, high: float | None) -> tuple:
+    return derived(codec.decode(blob, None, 0.0, 0.0, low, high))
+
+
+def _hist_derived(blob: bytes, low: float | None, high: float | None, column: int):
+    """SQL function ``hist_derived(hist, min, max, i)``: derived column ``i`` of a blob."""
+    return _derived_of_blob(blob, low, high)[column]
+
+
 def _upsert(table: str) -> str:
+    merged = ("hist_merge(hist, excluded.hist)",  # blob, min and max after the merge
+              "coalesce(min(min, excluded.min), min, excluded.min)",
+              "coalesce(max(max, excluded.max), max, excluded.max)")
     return f"""
-        INSERT INTO {table} (series, start, {_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+        INSERT INTO {table} (series, start, {_COLUMNS}, {_DERIVED})
+        VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
         ON CONFLICT (series, start) DO UPDATE SET
+            {schema.derived_assignments(*merged)},
             count = count + excluded.count,
             errors = errors + excluded.errors,
             skipped = skipped + excluded.skipped,
@@ -114,6 +147,9 @@ class Store:
                 self.conn = sqlite3.connect(self.path, timeout=timeout, isolation_level=None,
                                             check_same_thread=check_same_thread)
             self.conn.execute(f"PRAGMA busy_timeout = {int(timeout * 1000)}")
+            self.conn.create_function("hist_merge", 2, _hist_merge, deterministic=True)
+            self.conn.create_function("hist_derived", 4, _hist_derived, deterministic=True)
+            self.conn.create_aggregate("hist_sum", 1, _HistSum)
             version = schema.check(self.conn, str(self.path))  # before anything is written
             if readonly:
                 if version != schema.VERSION:
@@ -129,8 +165,6 @@ class Store:
             raise StoreError(str(exc)) from None
         except sqlite3.DatabaseError as exc:
             raise StoreError(f"{self.path}: {exc}") from None
-        self.conn.create_function("hist_merge", 2, _hist_merge, deterministic=True)
-        self.conn.create_aggregate("hist_sum", 1, _HistSum)
 
     def close(self) -> None:
         self.conn.close()
@@ -173,7 +207,7 @@ class Store:
                     self._series_id(rec.host, rec.target, rec.op), rec.start, h.count,
                     rec.errors, rec.skipped, h.sum, h.sumsq,
                     h.min if h.count else None, h.max if h.count else None,
-                    rec.stuck, codec.encode(h, moments=False),
+                    rec.stuck, codec.encode(h, moments=False), *derived(h),
                 )
                 rows.setdefault(TABLES[rec.span], []).append(row)
             for table, table_rows in rows.items():
@@ -204,9 +238,9 @@ class Store:
         cutoff = int(before) // HOUR * HOUR
         self.conn.execute("BEGIN IMMEDIATE")
         try:
-            moved = self.conn.execute(
-                "SELECT count(*) FROM minutes WHERE start < ?", (cutoff,)
-            ).fetchone()[0]
+            moved, first = self.conn.execute(
+                "SELECT count(*), min(start) FROM minutes WHERE start < ?", (cutoff,)
+            ).fetchone()
             self.conn.execute(
                 f"""INSERT INTO hours (series, start, {_COLUMNS})
                     SELECT series, start - start % {HOUR}, sum(count), sum(errors), sum(skipped),
@@ -217,6 +251,10 @@ class Store:
                 + _upsert("hours")[_upsert("hours").index("ON CONFLICT"):],
                 (cutoff,),
             )
+            if moved:  # the hours written or merged into get their derived columns anew
+                self.conn.execute(
+                    f"UPDATE hours SET {schema.derived_assignments('hist', 'min', 'max')} "
+                    "WHERE start >= ? AND start < ?", (first - first % HOUR, cutoff))
             self.conn.execute("DELETE FROM minutes WHERE start < ?", (cutoff,))
             self.conn.execute("COMMIT")
         except BaseException:

@@ -32,6 +32,16 @@ class Recorder:
         self._failing_since: float | None = None
         self.written = 0
         self.dropped = 0
+        # Told of every result, skipped tick, stuck age and node sample as they arrive (the
+        # metrics endpoint): methods of the same names; they must be quick and never block.
+        self.observers: list = []
+
+    def _notify(self, event: str, *args: object) -> None:
+        for observer in self.observers:
+            try:
+                getattr(observer, event)(*args)
+            except Exception:  # an observer's bug must never cost a measurement
+                log.exception("recorder observer %r failed on %s", observer, event)
 
     def _record(self, target: str, op: str, wall: float) -> Record:
         key = (target, op, minute_of(wall))
@@ -48,22 +58,26 @@ class Recorder:
                 rec.errors += 1
             else:
                 rec.histogram.record(latency)
+        self._notify("result", target, op, latency, wall)
 
     def skipped(self, target: str, ops: Iterable[str], wall: float) -> None:
         """A tick that found the previous run still going."""
         with self._lock:
             for op in ops:
                 self._record(target, op, wall).skipped += 1
+        self._notify("skipped", target, ops, wall)
 
     def stuck(self, target: str, op: str, age: float, wall: float) -> None:
         """An op still in flight at ``wall`` for ``age`` seconds."""
         with self._lock:
             rec = self._record(target, op, wall)
             rec.stuck = max(rec.stuck, age)
+        self._notify("stuck", target, op, age, wall)
 
     def node(self, context: NodeContext) -> None:
         with self._lock:
             self._node[context.start] = context
+        self._notify("node", context)
 
     def take(self, before: float) -> tuple[list[Record], list[NodeContext]]:
         """Remove and return the records and node context of minutes before ``before``."""

@@ -73,6 +73,11 @@ class Service:
         self._flush_lock = threading.Lock()
         self._last_rollup_hour: int | None = None
         self.alerts: ServiceAlerts | None = None  # rules evaluated after each minute flush
+        self.metrics = None  # the Prometheus endpoint, only when configured
+        if config.metrics is not None:
+            from .metrics import ServiceMetrics
+
+            self.metrics = ServiceMetrics(self)
         self.scheduler = BackgroundScheduler(
             timezone=dt.timezone.utc,
             executors={"default": ThreadPoolExecutor(4)},
@@ -99,6 +104,8 @@ class Service:
             runner.note_stuck(now)  # memory only: what the last tick left running
         for runner in self.runners:
             runner.tick()
+        if self.metrics is not None:
+            self.metrics.tick(now)
 
     def store(self) -> Store:
         if self._store is None:
@@ -127,6 +134,8 @@ class Service:
                 self.alerts.evaluate(now, self.live_stuck())
             except Exception as exc:
                 log.error("alert evaluation failed: %s", exc)
+        if self.metrics is not None:  # outside the lock: reads the database, writes nothing
+            self.metrics.flushed(ok, now, everything)
         return ok
 
     def live_stuck(self) -> dict[tuple[str, str], float]:
@@ -217,6 +226,8 @@ class Service:
         if cfg.alerts:  # its own connections: never inside the flush's transactions
             self.alerts = ServiceAlerts(cfg, lambda: Store(cfg.database, check_same_thread=False))
         self._install_signals()
+        if self.metrics is not None:
+            self.metrics.start()
         self.scheduler.add_job(
             self.tick, IntervalTrigger(seconds=cfg.interval, start_date=self._first_tick()),
             id="tick", name="tick")
@@ -267,6 +278,8 @@ class Service:
         self.publish_live(time.time())
         if self._store is not None:
             self._store.close()
+        if self.metrics is not None:
+            self.metrics.stop()
         killer.cancel()
         delays = self.tick_delays()
         if delays:

@@ -22,6 +22,7 @@ import tempfile
 import textwrap
 import threading
 import time
+import urllib.request
 from pathlib import Path
 
 import click
@@ -386,18 +387,27 @@ def sandboxed(writable: list[Path], *args: str, timeout: float = 60
                           timeout=timeout, env={**os.environ, **sandbox_env(writable)})
 
 
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 @pytest.mark.root
 @pytest.mark.timeout(120)
 def test_prepare_and_run_in_a_sandbox_like_the_units(tmp_path, monkeypatch):
     """The first prepare with only the target directories writable, then the service with only
     the workspaces and the database's directory, both under the unit's system call filter:
-    every op recorded, no error anywhere."""
+    every op recorded, no error anywhere, the metrics endpoint answering."""
     targets = [TargetSpec("one", tmp_path / "one"), TargetSpec("two", tmp_path / "two")]
     for t in targets:
         t.path.mkdir()
     database = tmp_path / "db" / "slowdown.db"
     database.parent.mkdir()
     config = write_config(tmp_path / "slowdown.toml", database, targets)
+    port = free_port()
+    with config.open("a") as f:
+        f.write(f'[metrics]\nlisten = "127.0.0.1:{port}"\n')
     monkeypatch.setattr(dropin, "PRIVATE_TMP", ())  # this test's directories are under /tmp
     loaded = dropin.service_config(config, {})
     for_prepare = [p for p, _, _ in dropin.build(loaded, prepare=True).writable]
@@ -425,16 +435,26 @@ def test_prepare_and_run_in_a_sandbox_like_the_units(tmp_path, monkeypatch):
          "run", "--duration", "6s"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         env={**os.environ, **sandbox_env(for_service)})
     try:
+        page = wait_for(lambda: scrape(port), 15, what="the metrics endpoint")
         _, err = service.communicate(timeout=30)
     finally:
         if service.poll() is None:
             service.kill()
             service.wait()
     assert service.returncode == 0, err
+    assert "slowdown" in page
     assert "Read-only file system" not in err and not re.search(r"^<[0-3]>", err, re.M), err
     recs = records(database)
     assert {(r.target, r.op) for r in recs} == {(t.name, op) for t in targets for op in OPS}
     assert sum(r.errors for r in recs) == 0, err
+
+
+def scrape(port: int) -> str | None:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as answer:
+            return answer.read().decode()
+    except OSError:
+        return None
 
 
 class NotifySocket:

@@ -1,0 +1,185 @@
+"""The Prometheus endpoint: native bucket edges that merge exactly, slowdown gauges from the
+service's own database, and scrapes that answer at once while a target hangs."""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import time
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+import pytest
+from prometheus_client import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from slowdown.analysis.baseline import BaselineBook
+from slowdown.analysis.config import loads
+from slowdown.analysis.histogram import Histogram, mapping_for
+from slowdown.analysis.slowdown import target_slowdowns
+from slowdown.analysis.store import Store
+from slowdown.probe.metrics import EXPORT_SCALE, bucket_bounds
+from slowdown.probe.service import Service
+from tests.datakit import fill, lognormal, utc
+from tests.faultfs import FaultFS
+from tests.servicekit import live, probe_cli, start_service, stop_service, wait_for
+
+OPS = ("data-read", "data-write", "md-stat", "md-read", "md-delete", "md-write")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def config_text(database: Path, host: str, targets: dict[str, Path], metrics: str | None,
+                **top: str) -> str:
+    lines = [f'database = "{database}"', f'host = "{host}"']
+    lines += [f'{k} = "{v}"' for k, v in top.items()]
+    for name, path in targets.items():
+        lines += ["[[target]]", f'name = "{name}"', f'path = "{path}"', 'data_size = "16MiB"',
+                  "pool_files = 100", "pool_dirs = 10"]
+    if metrics is not None:
+        lines += ["[metrics]"] + ([f'listen = "{metrics}"'] if metrics else [])
+    return "\n".join(lines) + "\n"
+
+
+def service(tmp_path: Path, host: str = "n1", targets=("work",), metrics: str | None = "",
+            database: Path | None = None) -> Service:
+    """A real Service object, not running: its recorder and metrics are driven by the test."""
+    dirs = {t: tmp_path / t for t in targets}
+    text = config_text(database or tmp_path / f"{host}.db", host, dirs, metrics)
+    return Service(loads(text, tmp_path / "slowdown.toml"))
+
+
+def scrape(registry) -> dict[str, list]:
+    """name -> [(labels, value)] of every sample."""
+    samples: dict[str, list] = {}
+    for family in text_string_to_metric_families(generate_latest(registry).decode()):
+        for s in family.samples:
+            samples.setdefault(s.name, []).append((s.labels, s.value))
+    return samples
+
+
+def test_off_by_default_and_loopback_when_on(tmp_path):
+    assert service(tmp_path, metrics=None).metrics is None
+    on = loads(config_text(tmp_path / "x.db", "n1", {"work": tmp_path}, ""))
+    assert (on.metrics.listen_host, on.metrics.listen_port) == ("127.0.0.1", 9877)
+
+
+def test_bucket_bounds_are_native_edges_and_hosts_merge_exactly():
+    bounds = bucket_bounds()
+    fine, coarse = mapping_for(5), mapping_for(EXPORT_SCALE)
+    assert bounds[0] == 2.0**-20 and bounds[-1] == 2.0**10 and len(bounds) == 61
+    for k, bound in enumerate(bounds, start=-41):
+        assert bound == coarse.upper_bound(k) == fine.upper_bound(16 * k + 15)
+
+
+def test_the_histogram_counts_what_the_recorder_stores(tmp_path):
+    """Each host's exported buckets are sums of its stored scale-5 buckets (values on the
+    edges included), so the merge of two hosts' buckets is the merged stored histogram's."""
+    rng = np.random.default_rng(7)
+    merged = Histogram()
+    exported: dict[str, float] = {}
+    for i, host in enumerate(("a", "b")):
+        s = service(tmp_path / host, host=host)
+        values = np.concatenate([rng.lognormal(-7 + i, 1.0, 2000),
+                                 np.array(bucket_bounds()[10:50:3])])  # exactly on edges
+        for v in values:
+            s.recorder.result("work", "md-stat", float(v), time.time())
+        s.recorder.result("work", "md-stat", None, time.time())  # an error: not a latency
+        (rec,) = s.recorder.take(float("inf"))[0]
+        merged.merge(rec.histogram)
+        assert rec.histogram.count == len(values)
+        for labels, value in scrape(s.metrics.registry)["slowdown_op_latency_seconds_bucket"]:
+            if labels["op"] == "md-stat":
+                exported[labels["le"]] = exported.get(labels["le"], 0.0) + value
+        errors = scrape(s.metrics.registry)["slowdown_op_errors_total"]
+        assert ({"host": host, "target": "work", "op": "md-stat"}, 1.0) in errors
+        assert len(errors) == len(OPS)  # every op's series exists from the start
+    for le, count in exported.items():
+        bound = float(le)
+        below = sum(c for lo, hi, c in merged.bins() if hi <= bound)
+        assert count == below, le
+        if bound != float("inf"):  # no stored bucket straddles an exported bound
+            assert not any(lo < bound < hi for lo, hi, _ in merged.bins())
+    assert exported["+Inf"] == merged.count
+
+
+def test_slowdown_gauges_come_from_the_database_after_a_flush(tmp_path):
+    """The gauges equal slowdown.py's numbers on the service's own database."""
+    t0 = utc(2026, 3, 2)
+    db = tmp_path / "n1.db"
+    fill(db, t0, 120, lognormal(0.002, 0.3), host="n1", ops=OPS)
+    fill(db, t0 + 120 * 60, 10, lognormal(0.01, 0.3), host="n1", ops=("md-stat",), seed=1)
+    s = service(tmp_path, database=db)
+    now = t0 + 130 * 60 + 5
+    s.metrics.tick(now)
+    s.metrics.flushed(True, now)
+    got = scrape(s.metrics.registry)
+    ratio = {(lab["window"], lab["statistic"]): v for lab, v in got["slowdown_ratio"]}
+    assert set(ratio) == {(w, st) for w in ("1m", "10m", "1h") for st in ("median", "q95")}
+    with Store(db, readonly=True) as store:
+        expected = target_slowdowns([store], BaselineBook([store]), ["work"], {"work": OPS},
+                                    [60, 600, 3600], "median", now)["work"]
+    assert [ratio[(w, "median")] for w in ("1m", "10m", "1h")] == [t.value for t in expected]
+    assert 3 < ratio[("10m", "median")] < 7
+    op_ratio = {(lab["op"], lab["window"], lab["statistic"]): v
+                for lab, v in got["slowdown_op_ratio"]}
+    assert op_ratio[("md-stat", "10m", "median")] == ratio[("10m", "median")]
+    # md-stat in every window; the other ops stopped at minute 120: only the hour has them
+    assert len(op_ratio) == 3 * 2 + (len(OPS) - 1) * 2
+    provisional = {lab["op"]: v for lab, v in got["slowdown_op_expected_provisional"]}
+    assert set(provisional.values()) == {1.0}
+    assert got["slowdown_ratio_timestamp_seconds"][0][1] == now
+    s.metrics.stop()
+
+
+@pytest.mark.timeout(180)
+def test_a_scrape_answers_in_under_a_second_while_a_target_hangs(tmp_path):
+    port = free_port()
+    url = f"http://127.0.0.1:{port}/metrics"
+    with FaultFS(tmp_path / "backing", tmp_path / "mnt") as fs:
+        targets = {"hung": fs.mountpoint, "healthy": tmp_path / "ok"}
+        targets["healthy"].mkdir()
+        database = tmp_path / "db" / "slowdown.db"
+        config = tmp_path / "slowdown.toml"
+        config.write_text(config_text(database, "n1", targets, f"127.0.0.1:{port}",
+                                      abandon_after="5s"))
+        done = probe_cli(config, "prepare", "--no-progress")
+        assert done.returncode == 0, done.stderr
+        proc = start_service(config)
+        try:
+            wait_for(lambda: database.with_name("slowdown.db.live.json").exists(), 15,
+                     what="the live state")
+            wait_for(lambda: live(database)["targets"]["hung"]["ticks"] >= 2, 10,
+                     what="ticks")
+            fs.hang("*")
+            hung_at = time.monotonic()
+            took, stuck, last_tick = [], [], []
+            while time.monotonic() - hung_at < 12:
+                t0 = time.monotonic()
+                with urllib.request.urlopen(url, timeout=5) as answer:
+                    text = answer.read().decode()
+                took.append(time.monotonic() - t0)
+                samples = {}
+                for family in text_string_to_metric_families(text):
+                    for s in family.samples:
+                        samples.setdefault(s.name, []).append((s.labels, s.value))
+                stuck.append({lab["target"]: v for lab, v in samples["slowdown_stuck_seconds"]
+                              if v > 0 or lab["target"] not in ("hung",)})
+                last_tick.append({lab["target"]: v for lab, v in
+                                  samples["slowdown_last_tick_timestamp_seconds"]})
+                time.sleep(0.5)
+        finally:
+            fs.release()
+            with contextlib.suppress(AssertionError):
+                stop_service(proc, timeout=20)
+            if proc.poll() is None:
+                proc.kill()
+    assert max(took) < 1.0, took
+    assert stuck[-1]["hung"] >= 9, stuck[-1]
+    assert all(s.get("healthy", 0.0) == 0.0 for s in stuck)  # never stuck
+    assert last_tick[-1]["healthy"] - last_tick[0]["healthy"] >= 9  # kept probing
