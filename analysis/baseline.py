@@ -244,3 +244,36 @@ class BaselineBook:
         if merged is None or not merged[0] or math.isnan(merged[0]):
             return None
         return Expected(merged[0], stat, True, None)
+
+    def expected_periods(self, target: str, op: str, statistic: str, first: int,
+                         last: int) -> list[tuple[int, float]]:
+        """``(begin, expected)`` for each period of ``[first, last]`` between baseline
+        changes, in time order (NaN where there is none), so that a series of minutes takes
+        the value in force at each minute. Where no baseline is in force the provisional
+        value is the one known at the end of that period."""
+        stat = statistic if self.mode == "same" else "median"
+        changes = sorted({t for b in self.rows if (b.target, b.op, b.statistic) ==
+                          (target, op, stat) for t in (b.valid_from, b.valid_to)
+                          if t is not None and first < t <= last})
+        periods = []
+        for begin, end in zip([first, *changes], [*changes, last + 1]):
+            e = self.expected(target, op, statistic, begin)
+            if e is None or e.baseline is None:  # provisional: as known at the end
+                e = self._computed_later(target, op, stat, begin, end) or \
+                    self.expected(target, op, statistic, end - 1)
+            periods.append((begin, math.nan if e is None else e.value))
+        return periods
+
+    def _computed_later(self, target: str, op: str, stat: str, begin: int,
+                        end: int) -> Expected | None:
+        """The baseline that took over at ``end`` from data covering ``[begin, end)`` (the
+        initial one after the first day, say): what the provisional value would have been
+        at the end, without merging that data again. Only for one file (a cluster's is
+        recomputed from every host anyway)."""
+        if len(self.stores) != 1:
+            return None
+        for b in self.rows:
+            if (b.target, b.op, b.statistic) == (target, op, stat) and b.valid_from == end \
+                    and b.data_from <= begin and b.data_to == end:
+                return Expected(b.value, stat, True, None)
+        return None

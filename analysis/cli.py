@@ -17,7 +17,6 @@ from pathlib import Path
 import click
 
 from .baseline import rebaseline
-from .commands import check, history, stats, watch
 from .readside import (
     Reader,
     load_config_or_exit,
@@ -34,7 +33,36 @@ from .views import clean, dump_json, fmt_ratio, table
 
 # -- the group and the uptime-like default ----------------------------------------------------
 
-@click.group(invoke_without_command=True, context_settings={"help_option_names": ["-h", "--help"]})
+# Subcommands imported only when named (or listed by --help): the uptime-like default must not
+# pay for numpy and the modules of commands it does not run.
+SUBCOMMANDS = {
+    "check": "commands:check",
+    "stats": "commands:stats",
+    "history": "commands:history",
+    "watch": "commands:watch",
+    "alerts": "alerts.cli:alerts",
+    "import-fio": "fio.cli:import_fio",
+}
+
+
+class LazyGroup(click.Group):
+    """A click group whose subcommands in ``SUBCOMMANDS`` are imported on first use."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *SUBCOMMANDS})
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        if name in SUBCOMMANDS and name not in self.commands:
+            import importlib
+
+            module, attribute = SUBCOMMANDS[name].split(":")
+            command = getattr(importlib.import_module(f"{__package__}.{module}"), attribute)
+            self.add_command(command, name)
+        return super().get_command(ctx, name)
+
+
+@click.group(cls=LazyGroup, invoke_without_command=True,
+             context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--config", "config_path", type=click.Path(path_type=Path), default=None,
               help="Configuration file (default: $SLOWDOWN_CONFIG, "
                    "~/.config/slowdown/slowdown.toml, /etc/slowdown/slowdown.toml).")
@@ -184,12 +212,6 @@ def rebaseline_command(ctx: click.Context, reason: str, db: str | None, targets,
                f"{dt.datetime.fromtimestamp(made[0].valid_from, dt.timezone.utc):%Y-%m-%d %H:%M}"
                f" UTC, from data {format_duration(made[0].data_to - made[0].data_from)} long")
 
-
-from .alerts.cli import alerts  # noqa: E402
-from .fio.cli import import_fio  # noqa: E402
-
-for _command in (check, stats, history, watch, alerts, import_fio):
-    main.add_command(_command)
 
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(main())

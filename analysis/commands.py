@@ -166,15 +166,7 @@ def history(ctx, dbs, targets, hosts, ops, at, since, until, every, statistics, 
     book = reader.book()
     headline = reader.config.statistics[0] if reader.config.statistics[0] in columns else \
         stats_[0]
-    expected = {}
-    for t, o in {(t, o) for t, o in zip(cells.target.tolist(), cells.op.tolist())}:
-        e = book.expected(t, o, headline, end)
-        expected[(t, o)] = e.value if e else math.nan
-    exp = [expected[(t, o)] for t, o in zip(cells.target.tolist(), cells.op.tolist())]
-    import numpy as np
-
-    with np.errstate(invalid="ignore", divide="ignore"):
-        ratio = columns[headline] / np.asarray(exp, dtype=float)
+    ratio = columns[headline] / _expected(book, cells, headline)
     names = ["time", "target", "op", "count", "errors", "skipped", "stuck", *stats_,
              f"slowdown_{headline}"]
     data = [cells.start, cells.target, cells.op, cells.count, cells.errors, cells.skipped,
@@ -185,15 +177,55 @@ def history(ctx, dbs, targets, hosts, ops, at, since, until, every, statistics, 
             row["time"] = _iso(row["time"])
         dump_json({"step": step, "from": start, "to": end, "rows": out})
         return
-    writer = csv.writer(sys.stdout, lineterminator="\n")
-    writer.writerow(names)
-    iso = {t: _iso(t) for t in set(cells.start.tolist())}
-    plain = [_plain(c) for c in data]
-    plain[0] = [iso[t] for t in plain[0]]
-    for i in range(3, len(plain)):
-        plain[i] = ["" if v is None else (f"{v:.9g}" if isinstance(v, float) else v)
-                    for v in plain[i]]
-    writer.writerows(zip(*plain))
+    # Each column is formatted once per distinct value (bucket values, counts and times
+    # repeat), then the lines are joined and written in one piece.
+    texts = [_texts(c, time=i == 0) for i, c in enumerate(data)]
+    sys.stdout.write("\n".join([",".join(names), *map(",".join, zip(*texts))]) + "\n")
+
+
+def _expected(book, cells, statistic: str):
+    """The expected value of ``statistic`` in force at each cell's start (NaN: none)."""
+    import numpy as np
+
+    out = np.full(len(cells), np.nan)
+    if not len(cells):
+        return out
+    first, last = int(cells.start.min()), int(cells.start.max())
+    # Cells come sorted by (target, op, start): each series is one run of rows.
+    change = (cells.target[1:] != cells.target[:-1]) | (cells.op[1:] != cells.op[:-1])
+    runs = [0, *(np.flatnonzero(change) + 1).tolist(), len(cells)]
+    for a, b in zip(runs, runs[1:]):
+        periods = book.expected_periods(cells.target[a], cells.op[a], statistic, first, last)
+        begins, values = zip(*periods)
+        which = np.searchsorted(np.asarray(begins), cells.start[a:b], side="right") - 1
+        out[a:b] = np.asarray(values)[which]
+    return out
+
+
+def _texts(column, time: bool = False) -> list[str]:
+    """A column's CSV cells: times as ISO, names quoted as csv quotes them, numbers as
+    %.9g, NaN empty. Each distinct value is formatted once."""
+    import numpy as np
+
+    values = np.asarray(column)
+    distinct, inverse = np.unique(values, return_inverse=True)
+    if values.dtype == object:
+        texts = [_quoted(v) for v in distinct.tolist()]
+    elif time:
+        texts = [_iso(t) for t in distinct.tolist()]
+    elif values.dtype.kind in "iu":
+        texts = [str(v) for v in distinct.tolist()]
+    else:
+        texts = ["" if math.isnan(v) else f"{v:.9g}" for v in distinct.tolist()]
+    return np.asarray(texts, dtype=object)[inverse.ravel()].tolist()
+
+
+def _quoted(value: str) -> str:
+    import io
+
+    buffer = io.StringIO()
+    csv.writer(buffer, lineterminator="").writerow([value])
+    return buffer.getvalue()
 
 
 def _plain(column) -> list:

@@ -12,13 +12,11 @@ Key paths count array entries from 1, as a user does, and render as ``target[2].
 
 from __future__ import annotations
 
-import difflib
 import ipaddress
 import json
 import math
 import os
 import re
-import socket
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -415,7 +413,7 @@ def default_config(environ: Mapping[str, str] = os.environ) -> Config:
     )
     return Config(
         source=None,
-        host=socket.gethostname(),
+        host=os.uname().nodename,
         interval=DEFAULT_INTERVAL,
         database=base / "slowdown.db",
         windows=DEFAULT_WINDOWS,
@@ -812,6 +810,8 @@ def _choice(choices: Sequence[str]) -> Callable[[object], str]:
 
 
 def _suggestion(word: str, known: Sequence[str]) -> str:
+    import difflib  # only on a mistake: not imported by every command
+
     close = difflib.get_close_matches(word, list(known), n=1, cutoff=0.6)
     return f"; did you mean {close[0]!r}?" if close else ""
 
@@ -1025,7 +1025,7 @@ class _Checker:
         self.unknown_keys(data, _TOP_KEYS, ())
         host = self.get(data, "host", (), _as_name, None)
         if host is None:
-            host = socket.gethostname()
+            host = os.uname().nodename
         elif host in (".", ".."):
             self.error(("host",), f"not usable as a directory name: {host!r}")
         self.host = host

@@ -200,13 +200,23 @@ def version_of(conn: sqlite3.Connection) -> int:
 
 
 def check(conn: sqlite3.Connection, path: str) -> int:
-    """Version of an existing database; refuses foreign files and newer schemas."""
-    app = conn.execute("PRAGMA application_id").fetchone()[0]
-    version = version_of(conn)
-    if app != APPLICATION_ID:
+    """Version of an existing database; refuses foreign files and newer schemas.
+
+    The three reads share one read transaction: another process migrating a brand-new file
+    between them would otherwise make it look like a foreign one (tables, but no id yet).
+    """
+    own = not conn.in_transaction
+    if own:
+        conn.execute("BEGIN")
+    try:
+        app = conn.execute("PRAGMA application_id").fetchone()[0]
+        version = version_of(conn)
         tables = conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
-        if tables or version:
-            raise SchemaError(f"{path}: not a slowdown database (refusing to touch it)")
+    finally:
+        if own:
+            conn.execute("COMMIT")
+    if app != APPLICATION_ID and (tables or version):
+        raise SchemaError(f"{path}: not a slowdown database (refusing to touch it)")
     if version > VERSION:
         raise SchemaError(
             f"{path}: schema version {version} is newer than this slowdown knows ({VERSION}); "

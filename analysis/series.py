@@ -1,11 +1,12 @@
 """Statistics over time, vectorised: many steps of many series in one numpy pass.
 
-``history`` over 30 days at 1-minute steps is half a million minute records; decoding and
-ranking them one by one would take seconds. Here every histogram blob of the range is
-decoded in one ``numpy.frombuffer`` per encoding layout, records are grouped into
-(series, step) cells, and each quantile of every cell is found with one ``searchsorted``
-over the cumulative counts. The estimator is the one of ``Histogram.quantile`` (same rank,
-same bucket representative, clamped to the cell's min and max), so both agree exactly.
+``history`` over 30 days at 1-minute steps is half a million minute records. Where each
+(series, step) cell is one record, the quantiles stored with every record (schema 5) are
+taken as they are and no histogram is read. Otherwise every histogram blob of the range is
+decoded in one ``numpy.frombuffer`` per encoding layout, records are grouped into cells, and
+each quantile of every cell is found with one ``searchsorted`` over the cumulative counts.
+Either way the estimator is the one of ``Histogram.quantile`` (same rank, same bucket
+representative, clamped to the cell's min and max), so all agree exactly.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import codec
+from . import codec, schema
 from .histogram import mapping_for
 from .store import Selection, Store
 
@@ -41,18 +42,43 @@ class Cells:
         return len(self.start)
 
 
-_ROW_SQL = ("SELECT s.target, s.op, r.start, r.count, r.errors, r.skipped, r.stuck, r.sum,"
-            " r.sumsq, r.min, r.max, r.hist FROM {table} r JOIN series s ON s.id = r.series"
-            " WHERE {where}")
+# Series first, then each one's records by primary key: the planner would otherwise scan a
+# whole table for GLOB filters on names. Ordered, so that a second read of the blobs lines up.
+_ROW_SQL = ("SELECT {columns} FROM series s CROSS JOIN {table} r ON r.series = s.id"
+            " WHERE {where} ORDER BY s.id, r.start")
+_NUMBERS = ("r.series, r.start, r.count, r.errors, r.skipped, r.stuck, r.sum, r.sumsq, r.min,"
+            " r.max, " + ", ".join(f"r.{c}" for c in schema.DERIVED_COLUMNS[:-1]))
+_STORED = dict(zip(schema.DERIVED_QUANTILES, range(10, 14)))  # quantile -> column of _NUMBERS
 
 
-def _rows(stores: Sequence[Store], selection: Selection) -> list[tuple]:
+def _read(stores: Sequence[Store], selection: Selection, columns: str) -> list[list]:
+    """The rows of every store and table, in one order for any ``columns``."""
     where, params = selection.where()
-    rows: list[tuple] = []
-    for store in stores:
-        for table in ("minutes", "hours"):
-            rows.extend(store.conn.execute(_ROW_SQL.format(table=table, where=where), params))
-    return rows
+    return [store.conn.execute(_ROW_SQL.format(columns=columns, table=table, where=where),
+                               params).fetchall()
+            for store in stores for table in ("minutes", "hours")]
+
+
+def _numbers(stores: Sequence[Store], selection: Selection) -> tuple[np.ndarray, np.ndarray,
+                                                                      list[str]]:
+    """The records' numbers as one float array (NULL as NaN; columns of ``_NUMBERS``), the
+    code of each record's (target, op), and the names "target\0op" by code."""
+    names: dict[str, int] = {}
+    parts, codes = [], []
+    reads = _read(stores, selection, _NUMBERS)  # minutes and hours of each store in turn
+    for i, store in enumerate(stores):
+        ids = {sid: names.setdefault(f"{t}\0{o}", len(names))
+               for sid, t, o in store.conn.execute("SELECT id, target, op FROM series")}
+        lookup = np.full(max(ids, default=0) + 1, -1, np.int64)
+        lookup[list(ids)] = list(ids.values())
+        for rows in reads[2 * i:2 * i + 2]:
+            if rows:
+                part = np.array(rows, dtype=np.float64)
+                parts.append(part)
+                codes.append(lookup[part[:, 0].astype(np.int64)])
+    if not parts:
+        return np.empty((0, 14)), np.empty(0, np.int64), list(names)
+    return np.concatenate(parts), np.concatenate(codes), list(names)
 
 
 def _decode_all(blobs: list[bytes]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]:
@@ -82,49 +108,65 @@ def _decode_all(blobs: list[bytes]) -> tuple[np.ndarray, np.ndarray, np.ndarray,
 
 def history(stores: Sequence[Store], selection: Selection, step: int,
             statistics: Sequence[str]) -> Cells:
-    """Per (target, op, step): counts, moments and the statistics, hosts merged."""
-    rows = _rows(stores, selection)
-    if rows:
-        target, op, start, count, errors, skipped, stuck, s, ss, lo, hi, blobs = zip(*rows)
-    else:
-        target = op = blobs = ()
-        start = count = errors = skipped = stuck = s = ss = lo = hi = ()
-    start = np.asarray(start, dtype=np.int64)
-    keys = np.array([f"{t}\0{o}" for t, o in zip(target, op)], dtype=object)
-    series_names, series_id = np.unique(keys, return_inverse=True) if len(keys) else (
-        np.empty(0, dtype=object), np.empty(0, np.int64))
+    """Per (target, op, step): counts, moments and the statistics, hosts merged.
+
+    Where every cell is one record (1-minute steps on one host) the quantiles stored with
+    each record are used as they are; otherwise the histograms are read and merged.
+    """
+    from .stats import quantile_of
+
+    rows, code, names = _numbers(stores, selection)
+    order = sorted(range(len(names)), key=names.__getitem__)
+    rank = np.empty(len(names), np.int64)
+    rank[order] = np.arange(len(names))
+    start = rows[:, 1].astype(np.int64)
     step_start = start - start % step
-    cell_key = np.stack([series_id.astype(np.int64), step_start]) if len(start) else \
-        np.empty((2, 0), np.int64)
-    cells, cell_of_row = np.unique(cell_key, axis=1, return_inverse=True)
+    base = int(step_start.min()) if len(start) else 0
+    span = (int(step_start.max()) - base) // step + 1 if len(start) else 1
+    key = rank[code] * span + (step_start - base) // step
+    cells_key, cell_of_row = np.unique(key, return_inverse=True)
     cell_of_row = cell_of_row.ravel()
-    n = cells.shape[1]
+    n = len(cells_key)
+    single = n == len(key)
+    if single:  # a permutation: each cell takes its one record's values
+        row_of_cell = np.empty(n, np.int64)
+        row_of_cell[cell_of_row] = np.arange(n)
 
-    def summed(values, dtype=np.float64):
-        return np.bincount(cell_of_row, weights=np.asarray(values, dtype=np.float64),
-                           minlength=n).astype(dtype)
+    def column(i: int, fill: float) -> np.ndarray:
+        values = rows[:, i]
+        return np.where(np.isnan(values), fill, values)
 
-    def reduced(values, ufunc, fill):
+    def summed(i: int, dtype=np.float64) -> np.ndarray:
+        if single:
+            return column(i, 0.0)[row_of_cell].astype(dtype)
+        return np.bincount(cell_of_row, weights=column(i, 0.0), minlength=n).astype(dtype)
+
+    def reduced(i: int, ufunc, fill: float) -> np.ndarray:
+        if single:
+            return column(i, fill)[row_of_cell]
         out = np.full(n, fill)
-        arr = np.asarray([fill if v is None else v for v in values], dtype=np.float64)
-        ufunc.at(out, cell_of_row, arr)
+        ufunc.at(out, cell_of_row, column(i, fill))
         return out
 
-    result_count = summed(count, np.int64)
-    c_min = reduced(lo, np.minimum, np.inf)
-    c_max = reduced(hi, np.maximum, -np.inf)
-    c_stuck = reduced(stuck, np.maximum, 0.0)
-    quants = _quantiles(blobs, cell_of_row, n, result_count, c_min, c_max, statistics)
-    names = series_names[cells[0]] if n else np.empty(0, dtype=object)
-    split = [name.split("\0") for name in names]
+    count = summed(2, np.int64)
+    c_min = reduced(8, np.minimum, np.inf)
+    c_max = reduced(9, np.maximum, -np.inf)
+    wanted = {s: quantile_of(s) for s in statistics if quantile_of(s) is not None}
+    if single and all(q in _STORED for q in wanted.values()) and \
+            not np.isnan(rows[count[cell_of_row] > 0][:, 10:14]).any():
+        quantiles = {s: rows[row_of_cell, _STORED[q]] for s, q in wanted.items()}
+    else:
+        blobs = [row[0] for part in _read(stores, selection, "r.hist") for row in part]
+        quantiles = _quantiles(blobs, cell_of_row, n, count, c_min, c_max, statistics)
+    series_of_cell = cells_key // span
+    target = np.array([names[i].split("\0")[0] for i in order], dtype=object)
+    op = np.array([names[i].split("\0")[1] for i in order], dtype=object)
     return Cells(
-        target=np.array([p[0] for p in split], dtype=object),
-        op=np.array([p[1] for p in split], dtype=object),
-        start=cells[1], count=result_count, errors=summed(errors, np.int64),
-        skipped=summed(skipped, np.int64), stuck=c_stuck, sum=summed(s), sumsq=summed(ss),
-        min=np.where(result_count > 0, c_min, np.nan), max=np.where(result_count > 0, c_max,
-                                                                   np.nan),
-        quantiles=quants,
+        target=target[series_of_cell], op=op[series_of_cell],
+        start=base + (cells_key % span) * step, count=count, errors=summed(3, np.int64),
+        skipped=summed(4, np.int64), stuck=reduced(5, np.maximum, 0.0), sum=summed(6),
+        sumsq=summed(7), min=np.where(count > 0, c_min, np.nan),
+        max=np.where(count > 0, c_max, np.nan), quantiles=quantiles,
     )
 
 

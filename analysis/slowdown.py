@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from .baseline import BaselineBook, Expected
 from .records import Aggregate, minute_of
 from .stats import Estimate, estimate
-from .store import Selection, Store, aggregate
+from .store import Selection, Store, aggregate, aggregate_rows
 
 ACCURACY_WINDOWS = (60, 120, 300, 600, 900, 1800, 3600, 7200, 3 * 3600, 6 * 3600, 12 * 3600,
                     86400)
@@ -82,16 +82,32 @@ def target_slowdowns(stores: Sequence[Store], book: BaselineBook, targets: Seque
                      hosts: tuple[str, ...] = (),
                      live_stuck: Mapping[tuple[str, str], float] | None = None,
                      ) -> dict[str, list[TargetSlowdown]]:
-    """For each target, one ``TargetSlowdown`` per window."""
+    """For each target, one ``TargetSlowdown`` per window.
+
+    The records of the longest window are read once, in one query per file and table, for
+    every target and op; each window takes its own tail of them.
+    """
     live_stuck = live_stuck or {}
+    wanted = {(t, o) for t in targets for o in ops.get(t, ())}
+    rows: dict[tuple[str, str], list[tuple]] = {}
+    if windows and wanted:
+        selection = window_selection(now, max(windows), hosts=hosts)
+        for store in stores:
+            for row in store.aggregate_rows(selection):
+                if (row[2], row[3]) in wanted:
+                    rows.setdefault((row[2], row[3]), []).append(row)
+    end = minute_of(now)
     result: dict[str, list[TargetSlowdown]] = {}
     for target in targets:
         per_window = []
         for window in windows:
             ts = TargetSlowdown(target, window, statistic)
+            first = int(end - window)
             for op in ops.get(target, ()):
+                agg = aggregate_rows(r for r in rows.get((target, op), ()) if r[4] >= first)
                 ts.ops.append(op_slowdown(stores, book, target, op, window, statistic, now,
-                                          confidence, hosts, live_stuck.get((target, op), 0.0)))
+                                          confidence, hosts, live_stuck.get((target, op), 0.0),
+                                          agg=agg))
             per_window.append(ts)
         result[target] = per_window
     return result

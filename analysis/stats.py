@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from statistics import NormalDist
 
 from .histogram import Histogram, rank
 from .records import Aggregate
@@ -76,6 +75,8 @@ def _binom_cdf_table(n: int, p: float) -> list[float]:
 
 
 def _normal_quantile(p: float) -> float:
+    from statistics import NormalDist
+
     return NormalDist().inv_cdf(p)
 
 

@@ -61,6 +61,21 @@ class Selection:
         return (" AND ".join(clauses) or "1"), params
 
 
+def _set_wal(conn: sqlite3.Connection, timeout: float) -> None:
+    """``PRAGMA journal_mode = WAL``, retried: on a brand-new file that another process is
+    setting up at the same moment, SQLite answers "database is locked" at once instead of
+    waiting for the busy timeout."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            conn.execute("PRAGMA journal_mode = WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.01)
+
+
 class _HistSum:
     """SQL aggregate ``hist_sum(hist)``: the merge of many histogram blobs (for rollups)."""
 
@@ -158,7 +173,7 @@ class Store:
                         f"{schema.VERSION}; open it once for writing (the service does) to migrate"
                     )
             else:
-                self.conn.execute("PRAGMA journal_mode = WAL")
+                _set_wal(self.conn, timeout)
                 self.conn.execute("PRAGMA synchronous = FULL")
                 schema.migrate(self.conn, str(self.path))
         except schema.SchemaError as exc:
@@ -269,12 +284,17 @@ class Store:
         for span, table in TABLES.items():
             sql = (
                 f"SELECT {span}, s.host, s.target, s.op, r.start, {columns} "
-                f"FROM {table} r JOIN series s ON s.id = r.series WHERE {where} {order}"
+                f"FROM series s CROSS JOIN {table} r ON r.series = s.id WHERE {where} {order}"
             )
             try:
                 yield from self.conn.execute(sql, params)
             except sqlite3.DatabaseError as exc:
                 raise StoreError(f"{self.path}: {exc}") from None
+
+    def aggregate_rows(self, selection: Selection) -> Iterator[tuple]:
+        """The selection's rows as ``aggregate_rows`` merges them (one query per table), for
+        callers that split one read among several aggregates."""
+        return self._rows(selection, AGGREGATE_COLUMNS)
 
     def records(self, selection: Selection = Selection()) -> Iterator[Record]:
         """Every record of the selection (hours after minutes), each decoded."""
@@ -326,32 +346,37 @@ class Store:
         return row[0]
 
 
+# What an aggregate needs of each record, after (span, host, target, op, start).
+AGGREGATE_COLUMNS = "r.count, r.errors, r.skipped, r.sum, r.sumsq, r.min, r.max, r.stuck, r.hist"
+
+
 def aggregate(stores: Sequence[Store], selection: Selection = Selection()) -> Aggregate:
     """Merge the selection over several database files (the hosts of a cluster)."""
+    return aggregate_rows(row for store in stores for row in store.aggregate_rows(selection))
+
+
+def aggregate_rows(rows: Iterable[tuple]) -> Aggregate:
+    """Rows of ``Store.aggregate_rows`` (of one file or several) merged into one aggregate."""
     result = Aggregate()
     blobs: list[bytes] = []
     total = total_sq = 0.0
     lo, hi = math.inf, -math.inf
-    columns = "r.count, r.errors, r.skipped, r.sum, r.sumsq, r.min, r.max, r.stuck, r.hist"
-    for store in stores:
-        for _, _, _, _, start, count, errors, skipped, s, ss, mn, mx, stuck, blob in store._rows(
-            selection, columns
-        ):
-            blobs.append(blob)
-            result.errors += errors
-            result.skipped += skipped
-            if stuck > result.stuck:
-                result.stuck = stuck
-            result.records += 1
-            if result.first is None or start < result.first:
-                result.first = start
-            if result.last is None or start > result.last:
-                result.last = start
-            if count:
-                total += s
-                total_sq += ss
-                lo = min(lo, mn)
-                hi = max(hi, mx)
+    for _, _, _, _, start, count, errors, skipped, s, ss, mn, mx, stuck, blob in rows:
+        blobs.append(blob)
+        result.errors += errors
+        result.skipped += skipped
+        if stuck > result.stuck:
+            result.stuck = stuck
+        result.records += 1
+        if result.first is None or start < result.first:
+            result.first = start
+        if result.last is None or start > result.last:
+            result.last = start
+        if count:
+            total += s
+            total_sq += ss
+            lo = min(lo, mn)
+            hi = max(hi, mx)
     merged = codec.merge_blobs(blobs)
     merged.sum, merged.sumsq, merged.min, merged.max = total, total_sq, lo, hi
     result.histogram = merged

@@ -12,8 +12,10 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
+from slowdown.analysis import baseline
 from slowdown.analysis.cli import main
 from slowdown.analysis.histogram import Histogram
+from slowdown.analysis.store import Store
 from tests.datakit import fill, lognormal, utc
 
 NOV = utc(2026, 11, 1)
@@ -160,3 +162,26 @@ def test_read_options_before_the_subcommand_apply_to_it(calm_then_slow):
                   "--since", "2h", "--json")
     assert rc == 0
     assert {row["target"] for row in json.loads(out)["ops"]} == {"home"}
+
+
+def test_history_divides_each_step_by_the_baseline_in_force_then(tmp_path):
+    """Day 1 at 1 ms, day 2 at 3 ms; the initial baseline (day 1's data) takes over after
+    day 1, a manual rebaseline from day 2's data at noon of day 2. Each step of a history
+    is divided by the baseline of its own time, day 1 by what its provisional value was."""
+    db = tmp_path / "n1.db"
+    day = 86400
+    fill(db, NOV, 1440, lognormal(0.001, 0.1), ops=("md-stat",), per_minute=6)
+    with Store(db) as store:
+        assert baseline.maintain(store, NOV + day, statistics=["median"])
+    fill(db, NOV + day, 1440, lognormal(0.003, 0.1), ops=("md-stat",), per_minute=6, seed=1)
+    with Store(db) as store:
+        baseline.rebaseline(store, NOV + day + day // 2, "new OSTs", data_from=NOV + day)
+    rc, out = run("history", "--db", str(db), "--at", "2026-11-03T00:00:00Z", "--since", "2d",
+                  "--every", "1h", "--stat", "median")
+    assert rc == 0
+    rows = list(csv.DictReader(io.StringIO(out)))
+    assert len(rows) == 48
+    ratios = [float(r["slowdown_median"]) for r in rows]
+    assert all(0.9 < r < 1.1 for r in ratios[:24]), ratios[:24]  # day 1 / its own level
+    assert all(2.7 < r < 3.3 for r in ratios[24:36]), ratios[24:36]  # day 2 / day 1's level
+    assert all(0.9 < r < 1.1 for r in ratios[36:]), ratios[36:]  # after the rebaseline

@@ -177,16 +177,32 @@ def test_accuracy_picks_the_shortest_window_that_is_accurate_enough(tmp_path):
 
 
 def test_vectorised_history_equals_histogram_quantiles(tmp_path):
-    db = tmp_path / "a.db"
-    fill(db, NOV, 45, lognormal(0.002, 1.0), ops=("md-stat", "data-read"))
-    with Store(db, readonly=True) as store:
-        for step in (60, 600):
-            cells = series.history([store], Selection(), step, ["median", "q95", "q99"])
+    """One record per cell (1-minute steps) takes the stored quantiles, or decodes the
+    histograms for a quantile not stored (q75); merged cells (10-minute steps, or two
+    hosts' files) decode and merge: every way gives Histogram.quantile exactly."""
+    db, other = tmp_path / "a.db", tmp_path / "b.db"
+    fill(db, NOV, 45, lognormal(0.002, 1.0), ops=("md-stat", "data-read"),
+         stuck={NOV + 600: 9.0})
+    fill(other, NOV, 30, lognormal(0.004, 1.0), ops=("md-stat",), host="n2", seed=1)
+    wanted = {"median": 0.5, "q75": 0.75, "q90": 0.9, "q95": 0.95, "q99": 0.99}
+    with Store(db, readonly=True) as store, Store(other, readonly=True) as store2:
+        for stores, step, stats in (([store], 60, ["median", "q90", "q95", "q99"]),
+                                    ([store], 60, ["q75", "q95"]),
+                                    ([store], 600, list(wanted)),
+                                    ([store, store2], 60, list(wanted))):
+            cells = series.history(stores, Selection(), step, stats)
+            assert len(cells) == len({(t, o, s) for t, o, s in zip(
+                cells.target, cells.op, cells.start)})
+            keys = list(zip(cells.target.tolist(), cells.op.tolist(), cells.start.tolist()))
+            assert keys == sorted(keys)
             for i in range(len(cells)):
-                agg = store.aggregate(Selection(targets=(cells.target[i],), ops=(cells.op[i],),
-                                                start=int(cells.start[i]),
-                                                end=int(cells.start[i]) + step))
+                agg = aggregate(stores, Selection(targets=(cells.target[i],),
+                                                  ops=(cells.op[i],),
+                                                  start=int(cells.start[i]),
+                                                  end=int(cells.start[i]) + step))
                 h = agg.histogram
                 assert cells.count[i] == h.count
-                for name, q in (("median", 0.5), ("q95", 0.95), ("q99", 0.99)):
-                    assert cells.quantiles[name][i] == h.quantile(q), (step, i, name)
+                assert cells.stuck[i] == agg.stuck
+                assert cells.min[i] == h.min and cells.max[i] == h.max
+                for name in stats:
+                    assert cells.quantiles[name][i] == h.quantile(wanted[name]), (step, i, name)

@@ -226,3 +226,28 @@ def test_bytes_per_minute_record(tmp_path):
     per_row = Path(path).stat().st_size / rows
     assert rows == 6 * 24 * 60
     assert per_row < 600, per_row
+
+
+def test_two_openers_of_a_brand_new_file_both_succeed(tmp_path):
+    """Two connections creating the same new database at once: one migrates, the other
+    waits or sees the finished schema, never a half-made "foreign" file."""
+    import threading
+
+    failures: list[str] = []
+
+    def opener(path: Path, go: threading.Barrier) -> None:
+        go.wait()
+        try:
+            Store(path).close()
+        except Exception as exc:  # any failure is the finding
+            failures.append(repr(exc))
+
+    for i in range(150):
+        path = tmp_path / f"new{i}.db"
+        go = threading.Barrier(2)
+        threads = [threading.Thread(target=opener, args=(path, go)) for _ in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    assert failures == []
