@@ -39,6 +39,13 @@ class InFlight:
     since: float
 
 
+def _worker_env() -> dict[str, str]:
+    """The service's environment without systemd's notify and watchdog variables: only the
+    service speaks for the unit."""
+    hidden = ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID")
+    return {k: v for k, v in os.environ.items() if k not in hidden}
+
+
 class WorkerHandle:
     """One worker process and the thread that reads its answers."""
 
@@ -48,6 +55,7 @@ class WorkerHandle:
             [sys.executable, "-m", "slowdown.probe.worker", str(workspace)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1,
             close_fds=True, start_new_session=True,  # a terminal's Ctrl-C is the service's
+            env=_worker_env(),
         )
         self.pid = self.process.pid
         self.in_flight: InFlight | None = None

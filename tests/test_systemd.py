@@ -26,6 +26,7 @@ import urllib.request
 from pathlib import Path
 
 import click
+import psutil
 import pytest
 from click.testing import CliRunner
 
@@ -514,6 +515,8 @@ def test_ready_then_watchdog_through_a_hang_then_stopping(tmp_path, faultfs: Fau
                  what="the live state")
         wait_for(lambda: live(database)["targets"]["fuse"]["ticks"] >= 2, 10,
                  what="two ticks before the hang")
+        workers = psutil.Process(proc.pid).children()  # only the service speaks to systemd
+        assert workers and all("NOTIFY_SOCKET" not in w.environ() for w in workers)
         faultfs.hang("*")
         faultfs.wait_hung(timeout=5)
         hung = time.monotonic()
