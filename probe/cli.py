@@ -12,6 +12,7 @@ loads the file once and, on mistakes, prints every error and exits 2::
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 from collections.abc import Mapping
@@ -171,8 +172,14 @@ def run(probe: ProbeContext, duration: str | None, prepare_first: bool, verbose:
             seconds = parse_duration(duration)
         except ValueError as exc:
             raise click.BadParameter(str(exc), param_hint="--duration") from None
-    config = probe.config()
-    logs.setup(verbose)
+    logs.setup(verbose)  # first: under systemd even a configuration error is a journal error
+    log = logging.getLogger("slowdown.probe")
+    try:
+        config = probe.load()
+    except ConfigError as error:
+        for single in error.errors:
+            log.error("%s", single)
+        raise click.exceptions.Exit(EXIT_CONFIG_ERROR) from None
     if prepare_first:
         from .workspace import WorkspaceError, prepare
 
@@ -180,7 +187,8 @@ def run(probe: ProbeContext, duration: str | None, prepare_first: bool, verbose:
             try:
                 prepare(target, config.host, progress=sys.stderr.isatty())
             except (WorkspaceError, OSError) as exc:
-                raise click.ClickException(f"target {target.name}: {exc}") from None
+                log.error("target %s: %s", target.name, exc)
+                raise click.exceptions.Exit(1) from None
     sys.exit(run_service(config, duration=seconds))
 
 

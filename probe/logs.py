@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import threading
 import time
 
 _PRIORITY = {logging.DEBUG: 7, logging.INFO: 6, logging.WARNING: 4, logging.ERROR: 3,
@@ -65,3 +66,17 @@ def setup(verbose: bool = False, stream=None) -> None:
     root.handlers[:] = [handler]
     root.setLevel(logging.DEBUG if verbose else logging.INFO)
     logging.getLogger("apscheduler").setLevel(logging.WARNING)
+    # Warnings and uncaught exceptions, of any thread, as log lines with their priority.
+    logging.captureWarnings(True)
+    sys.excepthook = _uncaught
+    threading.excepthook = lambda a: _uncaught(a.exc_type, a.exc_value, a.exc_traceback,
+                                               a.thread.name if a.thread else None)
+
+
+def _uncaught(kind, value, traceback, thread: str | None = None) -> None:
+    if issubclass(kind, KeyboardInterrupt):
+        sys.__excepthook__(kind, value, traceback)
+        return
+    where = f" in thread {thread}" if thread else ""
+    logging.getLogger("slowdown").critical("uncaught exception%s", where,
+                                           exc_info=(kind, value, traceback))
