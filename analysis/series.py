@@ -11,6 +11,7 @@ representative, clamped to the cell's min and max), so all agree exactly.
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -18,7 +19,7 @@ import numpy as np
 
 from . import codec, schema
 from .histogram import mapping_for
-from .store import Selection, Store
+from .store import Selection, Store, StoreError
 
 
 @dataclass
@@ -54,9 +55,15 @@ _STORED = dict(zip(schema.DERIVED_QUANTILES, range(10, 14)))  # quantile -> colu
 def _read(stores: Sequence[Store], selection: Selection, columns: str) -> list[list]:
     """The rows of every store and table, in one order for any ``columns``."""
     where, params = selection.where()
-    return [store.conn.execute(_ROW_SQL.format(columns=columns, table=table, where=where),
-                               params).fetchall()
-            for store in stores for table in ("minutes", "hours")]
+    rows = []
+    for store in stores:
+        for table in ("minutes", "hours"):
+            try:
+                rows.append(store.conn.execute(
+                    _ROW_SQL.format(columns=columns, table=table, where=where), params).fetchall())
+            except sqlite3.DatabaseError as exc:  # a damaged file: name it
+                raise StoreError(f"{store.path}: {exc}") from None
+    return rows
 
 
 def _numbers(stores: Sequence[Store], selection: Selection) -> tuple[np.ndarray, np.ndarray,
@@ -81,29 +88,63 @@ def _numbers(stores: Sequence[Store], selection: Selection) -> tuple[np.ndarray,
     return np.concatenate(parts), np.concatenate(codes), list(names)
 
 
-def _decode_all(blobs: list[bytes]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]:
-    """(row of each pair, index, count, zero count per row, common scale) for all blobs."""
-    headers = [codec._header(b) for b in blobs]  # (flags, scale, zero, moments, offset)
-    scale = min((h[1] for h in headers), default=5)
-    rows_parts, idx_parts, cnt_parts = [], [], []
-    by_layout: dict[tuple[int, int], list[int]] = {}
-    for i, h in enumerate(headers):
-        by_layout.setdefault((h[0] & 0x07, h[1]), []).append(i)
-    for (layout, s), members in by_layout.items():
-        dtype = codec.pair_dtype(layout)
-        bodies = [blobs[i][headers[i][4]:] for i in members]
-        pairs = np.frombuffer(b"".join(bodies), dtype=dtype)
-        lengths = np.fromiter((len(b) for b in bodies), dtype=np.int64, count=len(bodies))
-        rows_parts.append(np.repeat(np.asarray(members, dtype=np.int64),
-                                    lengths // dtype.itemsize))
-        idx_parts.append(pairs["i"].astype(np.int64) >> (s - scale))
-        cnt_parts.append(pairs["c"].astype(np.int64))
-    zero = np.fromiter((h[2] for h in headers), dtype=np.int64, count=len(headers))
-    if not rows_parts:
-        empty = np.empty(0, np.int64)
-        return empty, empty, empty, zero, scale
-    return (np.concatenate(rows_parts), np.concatenate(idx_parts), np.concatenate(cnt_parts),
-            zero, scale)
+@dataclass
+class _Pairs:
+    """The (index, count) pairs of blobs of one encoding layout, in the blobs' order."""
+
+    label: np.ndarray  # int32: the label of the blob each pair came from (non-decreasing)
+    index: np.ndarray  # int32, at the common scale
+    count: np.ndarray
+
+
+def _decode_all(blobs: list[bytes], labels: np.ndarray) -> tuple[list[_Pairs], np.ndarray,
+                                                                  int]:
+    """Every blob's pairs, decoded with numpy a layout at a time, with each blob's label
+    (non-decreasing over ``blobs``); also each blob's zero count and the common scale.
+
+    The headers are read as arrays from one joined buffer, not blob by blob.
+    """
+    n = len(blobs)
+    lengths = np.fromiter(map(len, blobs), np.int64, n)
+    buf = np.frombuffer(b"".join(blobs), np.uint8)
+    starts = np.cumsum(lengths) - lengths
+    if n and ((lengths < 3).any() or (buf[starts] != codec.VERSION).any()):
+        raise codec.DecodeError("damaged histogram blob: bad header")
+    flags = buf[starts + 1].astype(np.int64)
+    scales = buf[starts + 2].view(np.int8).astype(np.int64)
+    scale = int(scales.min()) if n else 5
+    has_zero = (flags & 0x08) != 0
+    head = 3 + 8 * has_zero + 32 * ((flags & 0x10) != 0)
+    zero = np.zeros(n, np.int64)
+    if has_zero.any():
+        at = starts[has_zero] + 3
+        zero[has_zero] = buf[at[:, None] + np.arange(8)].copy().view("<u8").ravel()
+    group = (flags & 0x07) * 256 + scales + 128
+    groups: list[_Pairs] = []
+    for key in np.unique(group).tolist():
+        members = np.flatnonzero(group == key)
+        dtype = codec.pair_dtype(key // 256)
+        body = lengths[members] - head[members]
+        if (body < 0).any() or (body % dtype.itemsize).any():
+            raise codec.DecodeError("damaged histogram blob: cut inside a bucket")
+        # The members' bodies: every byte of their blobs but the headers' (one pass).
+        first, last = starts[members], starts[members] + lengths[members]
+        if len(members) == n:
+            keep = np.ones(buf.size, dtype=bool)
+        else:  # inside [first, last) of a member: +1 at each first, -1 at each last
+            edge = np.zeros(buf.size + 1, np.int8)
+            edge[first] += 1
+            edge[last] -= 1
+            keep = np.cumsum(edge[:-1], dtype=np.int8) > 0
+        skip = head[members]
+        keep[np.repeat(first - (np.cumsum(skip) - skip), skip) + np.arange(int(skip.sum()))] \
+            = False
+        pairs = buf[keep].view(dtype)
+        groups.append(_Pairs(
+            label=np.repeat(labels[members].astype(np.int32), body // dtype.itemsize),
+            index=pairs["i"].astype(np.int32) >> (key % 256 - 128 - scale),
+            count=pairs["c"]))
+    return groups, zero, scale
 
 
 def history(stores: Sequence[Store], selection: Selection, step: int,
@@ -170,43 +211,47 @@ def history(stores: Sequence[Store], selection: Selection, step: int,
     )
 
 
+_DENSE = 1 << 23  # cells x buckets counted at a time (64 MiB of float64)
+
+
 def _quantiles(blobs, cell_of_row, n, count, c_min, c_max, statistics) -> dict[str, np.ndarray]:
+    """The statistics of merged cells: the blobs' (index, count) pairs added into a dense
+    (cell, bucket) table, a chunk of cells at a time, each row's cumulative counts searched
+    for every rank. No sort of the pairs: records are put in cell order first."""
     from .stats import quantile_of
 
     wanted = {s: quantile_of(s) for s in statistics if quantile_of(s) is not None}
-    out: dict[str, np.ndarray] = {}
+    out = {s: np.full(n, np.nan) for s in wanted}
     if not wanted or not n:
-        return {s: np.full(n, np.nan) for s in wanted}
-    row, idx, cnt, zero_rows, scale = _decode_all(list(blobs))
-    mapping = mapping_for(scale)
-    cell = cell_of_row[row]
-    # Sum duplicates of (cell, index) and order by cell, then index.
-    lo_idx = int(idx.min()) if idx.size else 0
-    width = (int(idx.max()) - lo_idx + 2) if idx.size else 1
-    key = cell * width + (idx - lo_idx + 1)  # +1 leaves slot 0 of each cell for the zero bucket
-    zero = np.bincount(cell_of_row, weights=zero_rows, minlength=n).astype(np.int64)
-    key = np.concatenate([key, np.flatnonzero(zero) * width])
-    cnt = np.concatenate([cnt, zero[zero > 0]])
-    ukey, inverse = np.unique(key, return_inverse=True)
-    ucnt = np.bincount(inverse.ravel(), weights=cnt).astype(np.int64)
-    ucell = ukey // width
-    uidx = ukey % width + lo_idx - 1
-    lower, upper = mapping.bounds(uidx)
+        return out
+    order = np.argsort(cell_of_row, kind="stable")
+    cells = cell_of_row[order]
+    groups, zero_rows, scale = _decode_all([blobs[i] for i in order.tolist()], cells)
+    zero = np.bincount(cells, weights=zero_rows, minlength=n).astype(np.int64)
+    present = [g for g in groups if g.index.size]
+    lowest = min((int(g.index.min()) for g in present), default=0)
+    width = max((int(g.index.max()) for g in present), default=lowest) - lowest + 1
+    lower, upper = mapping_for(scale).bounds(np.arange(lowest, lowest + width))
     value = 2.0 * lower * upper / (lower + upper)
-    value = np.where(ukey % width == 0, 0.0, value)  # the zero bucket
-    cum = np.cumsum(ucnt)
-    before = np.zeros(n, dtype=np.int64)  # counts of all cells before each cell
-    firsts = np.searchsorted(ucell, np.arange(n), side="left")
-    has = firsts < len(ucell)
-    before[has] = cum[firsts[has]] - ucnt[firsts[has]]
-    for name, q in wanted.items():
-        rank = np.maximum(1, np.ceil(np.round(q * count, 9))).astype(np.int64)
-        pos = np.searchsorted(cum, before + rank, side="left")
-        pos = np.minimum(pos, len(cum) - 1)
-        v = np.clip(value[pos], c_min, c_max)
-        v = np.where(rank <= 1, c_min, v)
-        v = np.where(rank >= count, c_max, v)
-        out[name] = np.where(count > 0, v, np.nan)
+    ranks = {s: np.maximum(1, np.ceil(np.round(q * count, 9))).astype(np.int64)
+             for s, q in wanted.items()}
+    step = max(1, _DENSE // width)
+    for first in range(0, n, step):
+        last = min(n, first + step)
+        table = np.zeros((last - first) * width)
+        for g in present:  # each group's labels are sorted: its pairs of these cells
+            a, b = np.searchsorted(g.label, np.array([first, last], g.label.dtype))
+            table += np.bincount((g.label[a:b] - first).astype(np.int64) * width
+                                 + (g.index[a:b] - lowest), weights=g.count[a:b],
+                                 minlength=(last - first) * width)
+        cumulative = np.cumsum(table.reshape(last - first, width), axis=1)
+        for s, rank in ranks.items():
+            r, z = rank[first:last], zero[first:last]
+            at = np.minimum((cumulative < (r - z)[:, None]).sum(axis=1), width - 1)
+            v = np.where(r <= z, 0.0, value[at])
+            lo, hi, c = c_min[first:last], c_max[first:last], count[first:last]
+            v = np.where(r >= c, hi, np.where(r <= 1, lo, np.clip(v, lo, hi)))
+            out[s][first:last] = np.where(c > 0, v, np.nan)
     return out
 
 

@@ -176,14 +176,19 @@ def test_accuracy_picks_the_shortest_window_that_is_accurate_enough(tmp_path):
             assert o.observed.half_width is None or o.observed.half_width > 0.05
 
 
-def test_vectorised_history_equals_histogram_quantiles(tmp_path):
+@pytest.mark.parametrize("dense", [series._DENSE, 50])  # 50: a few cells per chunk
+def test_vectorised_history_equals_histogram_quantiles(tmp_path, monkeypatch, dense):
     """One record per cell (1-minute steps) takes the stored quantiles, or decodes the
     histograms for a quantile not stored (q75); merged cells (10-minute steps, or two
     hosts' files) decode and merge: every way gives Histogram.quantile exactly."""
+    monkeypatch.setattr(series, "_DENSE", dense)
     db, other = tmp_path / "a.db", tmp_path / "b.db"
     fill(db, NOV, 45, lognormal(0.002, 1.0), ops=("md-stat", "data-read"),
          stuck={NOV + 600: 9.0})
     fill(other, NOV, 30, lognormal(0.004, 1.0), ops=("md-stat",), host="n2", seed=1)
+    # 600 samples a minute in a few buckets: counts over 255, another encoding layout.
+    fill(other, NOV + 300, 10, lognormal(0.004, 0.01), ops=("md-stat",), host="n3",
+         per_minute=600, seed=2)
     wanted = {"median": 0.5, "q75": 0.75, "q90": 0.9, "q95": 0.95, "q99": 0.99}
     with Store(db, readonly=True) as store, Store(other, readonly=True) as store2:
         for stores, step, stats in (([store], 60, ["median", "q90", "q95", "q99"]),
