@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 HEAD = "| command | median | p90 | min..max | peak RSS | goal | met? |"
 TIME = r"[\d.,]+ (ms|s)"
@@ -22,6 +24,7 @@ def run_quick(directory: Path) -> list[str]:
     return done.stdout.splitlines()
 
 
+@pytest.mark.slow
 def test_bench_read_quick_prints_its_table_and_reuses_its_database(tmp_path):
     lines = run_quick(tmp_path)
     assert any(line.startswith("database: ") and "(built now)" in line for line in lines)

@@ -137,6 +137,7 @@ def test_slowdown_gauges_come_from_the_database_after_a_flush(tmp_path):
     s.metrics.stop()
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(180)
 def test_a_scrape_answers_in_under_a_second_while_a_target_hangs(tmp_path):
     port = free_port()

@@ -79,6 +79,7 @@ def test_two_minutes_on_real_directories(tmp_path):
     assert "data probe in direct mode" in err
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(180)
 def test_injected_latency_shows_up_in_the_records(tmp_path):
     """50 ms more per read through FUSE shows as ~50 ms more on data-read and md-read."""
@@ -167,6 +168,7 @@ def test_a_hung_target_reads_as_slow_and_never_delays_the_other(tmp_path):
     assert minutes == set(range(first, int(stopped_at) // 60 * 60, 60))
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(180)
 def test_eio_and_enospc_are_counted_as_errors_and_the_service_keeps_running(tmp_path):
     with FaultFS(tmp_path / "backing", tmp_path / "mnt") as fs:

@@ -497,6 +497,7 @@ class NotifySocket:
         self.path.unlink(missing_ok=True)
 
 
+@pytest.mark.slow
 @pytest.mark.root
 @pytest.mark.timeout(60)
 def test_ready_then_watchdog_through_a_hang_then_stopping(tmp_path, faultfs: FaultFS):
