@@ -42,6 +42,7 @@ SUBCOMMANDS = {
     "watch": "commands:watch",
     "alerts": "alerts.cli:alerts",
     "import-fio": "fio.cli:import_fio",
+    "report": "report.cli:report",
 }
 
 

@@ -13,6 +13,7 @@ import click
 from . import readside as cli
 from .readside import read_options
 from .records import minute_of
+from .report.provision import provision_options
 from .slowdown import target_slowdowns
 from .store import Selection, aggregate
 from .units import format_duration, format_latency
@@ -100,14 +101,20 @@ STATS_COLUMNS = ("count", "errors", "mean", "std", "min", "25%", "50%", "75%", "
 @click.option("--since", default="1h", show_default=True, help="Start: a duration ago or a time.")
 @click.option("--until", default=None, help="End (default: now).")
 @click.option("--json", "as_json", is_flag=True, help="JSON instead of a table.")
+@provision_options
 @click.pass_context
-def stats(ctx, dbs, targets, hosts, ops, at, since, until, as_json):
-    """Per-op table over a window: count, mean, std, min, 25%, 50%, 75%, max."""
+def stats(ctx, dbs, targets, hosts, ops, at, since, until, as_json, provision, confidence,
+          trials, seed):
+    """Per-op table over a window: count, mean, std, min, 25%, 50%, 75%, max; with
+    --provision, the nodes needed for an aggregate (see docs/REPORT.md)."""
+    from .report import provision as prov
+
     reader = cli.open_reader(ctx, dbs, targets, hosts, ops, at)
     start = cli.parse_time_option(since, reader.now, "--since")
     end = cli.parse_time_option(until, reader.now, "--until")
     if start >= end:
         raise click.BadParameter("must be before --until", param_hint="--since")
+    goal, level = prov.parse_provision_options(provision, confidence)
     rows, doc = [], []
     for target, target_ops in reader.target_ops().items():
         for op in target_ops:
@@ -126,10 +133,23 @@ def stats(ctx, dbs, targets, hosts, ops, at, since, until, as_json):
                          *(format_latency(values[k]) for k in STATS_COLUMNS[2:])])
     span = (f"{dt.datetime.fromtimestamp(start):%Y-%m-%d %H:%M} .. "
             f"{dt.datetime.fromtimestamp(end):%Y-%m-%d %H:%M}")
+    planned = None
+    if goal is not None:
+        figures = prov.per_node_figures(reader.stores, Selection(
+            reader.hosts, reader.targets, reader.ops, int(start), int(end)))
+        keys = [(d["target"], d["op"]) for d in doc]
+        planned = prov.provision_ops(figures, goal, level, trials, seed, keys)
     if as_json:
-        dump_json({"from": start, "to": end, "ops": doc})
+        extra = {"provision": prov.provision_json(planned, goal, level, trials, seed)} \
+            if planned is not None else {}
+        dump_json({"from": start, "to": end, "ops": doc, **extra})
         return
     table(rows, ["target", "op", *STATS_COLUMNS], right=range(2, 11), title=span)
+    if planned is not None:
+        click.echo()
+        cells, headers = prov.provision_table(planned, level)
+        table(cells, headers, right=range(2, 8), title=f"nodes for {goal.text} "
+              f"({trials} trials, seed {seed}; per node: one host's minutes, ops/s)")
 
 
 # -- slowdown history --------------------------------------------------------------------------

@@ -89,7 +89,7 @@ def _numbers(stores: Sequence[Store], selection: Selection) -> tuple[np.ndarray,
 
 
 @dataclass
-class _Pairs:
+class Pairs:
     """The (index, count) pairs of blobs of one encoding layout, in the blobs' order."""
 
     label: np.ndarray  # int32: the label of the blob each pair came from (non-decreasing)
@@ -97,8 +97,8 @@ class _Pairs:
     count: np.ndarray
 
 
-def _decode_all(blobs: list[bytes], labels: np.ndarray) -> tuple[list[_Pairs], np.ndarray,
-                                                                  int]:
+def decode_blobs(blobs: list[bytes], labels: np.ndarray) -> tuple[list[Pairs], np.ndarray,
+                                                                   int]:
     """Every blob's pairs, decoded with numpy a layout at a time, with each blob's label
     (non-decreasing over ``blobs``); also each blob's zero count and the common scale.
 
@@ -120,7 +120,7 @@ def _decode_all(blobs: list[bytes], labels: np.ndarray) -> tuple[list[_Pairs], n
         at = starts[has_zero] + 3
         zero[has_zero] = buf[at[:, None] + np.arange(8)].copy().view("<u8").ravel()
     group = (flags & 0x07) * 256 + scales + 128
-    groups: list[_Pairs] = []
+    groups: list[Pairs] = []
     for key in np.unique(group).tolist():
         members = np.flatnonzero(group == key)
         dtype = codec.pair_dtype(key // 256)
@@ -140,7 +140,7 @@ def _decode_all(blobs: list[bytes], labels: np.ndarray) -> tuple[list[_Pairs], n
         keep[np.repeat(first - (np.cumsum(skip) - skip), skip) + np.arange(int(skip.sum()))] \
             = False
         pairs = buf[keep].view(dtype)
-        groups.append(_Pairs(
+        groups.append(Pairs(
             label=np.repeat(labels[members].astype(np.int32), body // dtype.itemsize),
             index=pairs["i"].astype(np.int32) >> (key % 256 - 128 - scale),
             count=pairs["c"]))
@@ -226,7 +226,7 @@ def _quantiles(blobs, cell_of_row, n, count, c_min, c_max, statistics) -> dict[s
         return out
     order = np.argsort(cell_of_row, kind="stable")
     cells = cell_of_row[order]
-    groups, zero_rows, scale = _decode_all([blobs[i] for i in order.tolist()], cells)
+    groups, zero_rows, scale = decode_blobs([blobs[i] for i in order.tolist()], cells)
     zero = np.bincount(cells, weights=zero_rows, minlength=n).astype(np.int64)
     present = [g for g in groups if g.index.size]
     lowest = min((int(g.index.min()) for g in present), default=0)
@@ -266,4 +266,4 @@ def raised(values: np.ndarray, stuck: np.ndarray) -> np.ndarray:
                     np.maximum(values, stuck))
 
 
-__all__ = ["Cells", "history", "mean_of", "raised"]
+__all__ = ["Cells", "Pairs", "decode_blobs", "history", "mean_of", "raised"]

@@ -1,0 +1,133 @@
+"""``slowdown report``: the HTML report (and ``--png`` images) of a range of the data."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+import click
+
+from .. import readside as cli
+from ..readside import read_options
+from ..records import MINUTE, minute_of
+from .provision import parse_provision_options, provision_options
+
+
+def _writable_dir(path: Path, flag: str) -> None:
+    if not path.is_dir():
+        raise click.BadParameter(f"{path} is not a directory", param_hint=flag)
+    if not os.access(path, os.W_OK):
+        raise click.BadParameter(f"{path} is not writable", param_hint=flag)
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def _temp_beside(path: Path, data: bytes) -> Path:
+    """``data`` in a new file beside ``path`` (renamed onto it later)."""
+    fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        os.fchmod(fd, 0o666 & ~_umask())  # as an ordinary new file (mkstemp makes it 0600)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+    except BaseException:
+        Path(name).unlink(missing_ok=True)
+        raise
+    return Path(name)
+
+
+def write_all(files: list[tuple[Path, bytes, str]]) -> None:
+    """Write every ``(path, data, flag)`` whole or none: temp files first, then renames."""
+    done: list[tuple[Path, Path]] = []
+    try:
+        for path, data, flag in files:
+            try:
+                done.append((_temp_beside(path, data), path))
+            except OSError as exc:
+                raise click.ClickException(f"{flag}: cannot write {path}: "
+                                           f"{exc.strerror or exc}") from None
+        for temp, path in done:
+            os.replace(temp, path)
+    finally:
+        for temp, _ in done:
+            temp.unlink(missing_ok=True)
+
+
+@click.command("report")
+@read_options
+@click.option("--since", default="7d", show_default=True, help="Start: a duration ago or a time.")
+@click.option("--until", default=None, help="End (default: now).")
+@click.option("-o", "--output", required=True, metavar="FILE",
+              help="The HTML file to write (replaced whole, or left as it was on an error).")
+@click.option("--stat", "statistics", multiple=True, metavar="STAT",
+              help="Statistics of the slowdown timeline (default: the configuration's).")
+@click.option("--window", "windows", multiple=True, metavar="DURATION",
+              help="Windows of the slowdown timeline (default: the configuration's).")
+@click.option("--png", "png_dir", default=None, metavar="DIR",
+              help="Also write every figure as a PNG image into DIR (needs matplotlib).")
+@click.option("--title", default="slowdown report", show_default=True, help="Page title.")
+@provision_options
+@click.pass_context
+def report(ctx, dbs, targets, hosts, ops, at, since, until, output, statistics, windows,
+           png_dir, title, provision, confidence, trials, seed):
+    """One self-contained HTML file per range: slowdown timeline with node context and
+    events, latency percentiles, heat maps and "X or better" curves per op."""
+    reader = cli.open_reader(ctx, dbs, targets, hosts, ops, at)
+    start = minute_of(cli.parse_time_option(since, reader.now, "--since"))
+    end = minute_of(cli.parse_time_option(until, reader.now, "--until"))
+    if start >= end:
+        raise click.BadParameter("must be at least a minute before --until", param_hint="--since")
+    stats = [cli.parse_statistic_option(s) for s in statistics] or list(reader.config.statistics)
+    spans = []
+    for text in windows:
+        span = cli.parse_duration_option(text, "--window")
+        if span < MINUTE or span % MINUTE:
+            raise click.BadParameter(f"must be whole minutes; got {text!r}", param_hint="--window")
+        spans.append(span)
+    spans = spans or list(reader.config.windows)
+    goal, level = parse_provision_options(provision, confidence)
+    out = Path(output).expanduser()
+    if out.is_dir():
+        raise click.BadParameter(f"{out} is a directory", param_hint="-o/--output")
+    _writable_dir(out.parent if str(out.parent) else Path("."), "-o/--output")
+    png_path = None
+    if png_dir is not None:
+        from . import png
+
+        try:
+            png.check()
+        except png.PngUnavailable as exc:
+            raise click.BadParameter(str(exc), param_hint="--png") from None
+        png_path = Path(png_dir).expanduser()
+        try:
+            png_path.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise click.BadParameter(f"cannot make {png_path}: {exc.strerror or exc}",
+                                     param_hint="--png") from None
+        _writable_dir(png_path, "--png")
+
+    from .data import Provisioning, collect
+    from .page import render
+
+    planned = Provisioning(goal, level, trials, seed) if goal is not None else None
+    doc = collect(reader, start, end, stats, spans, planned)
+    files = [(out, render(doc, title).encode(), "-o/--output")]
+    if png_path is not None:
+        from . import png
+
+        files += [(png_path / name, data, "--png") for name, data in png.figures(doc)]
+    write_all(files)
+    figures = sum(1 + 3 * sum(1 for f in t["op_figures"] if f.get("percentiles"))
+                  for t in doc["targets"])
+    click.echo(f"report: {len(doc['targets'])} target(s), {figures} figures, "
+               f"{files[0][0].stat().st_size / 1e6:.1f} MB -> {out}"
+               + (f"; {len(files) - 1} PNG images in {png_path}" if png_path else ""), err=True)
+
+
+__all__ = ["report"]
