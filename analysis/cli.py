@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 import functools
+import sqlite3
 import sys
 import time
 from pathlib import Path
@@ -60,6 +61,21 @@ class LazyGroup(click.Group):
             command = getattr(importlib.import_module(f"{__package__}.{module}"), attribute)
             self.add_command(command, name)
         return super().get_command(ctx, name)
+
+    def invoke(self, ctx: click.Context):
+        """A database found damaged while reading is one line naming the file, not a traceback
+        (``check`` answers UNKNOWN, as a monitoring plugin must)."""
+        try:
+            return super().invoke(ctx)
+        except (StoreError, sqlite3.DatabaseError) as exc:
+            message = str(exc)
+            if not isinstance(exc, StoreError):  # read outside the store: name what was given
+                given = (ctx.obj or {}).get("read", {}).get("dbs") or ()
+                message = f"{', '.join(given) or 'database'}: {exc}"
+            if ctx.invoked_subcommand == "check":
+                click.echo(f"SLOWDOWN UNKNOWN - {message}")
+                sys.exit(3)
+            raise click.ClickException(message) from None
 
 
 @click.group(cls=LazyGroup, invoke_without_command=True,

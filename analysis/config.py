@@ -353,6 +353,31 @@ DEFAULT_ABANDON_AFTER = 30.0
 DEFAULT_DATA_SIZE = DataSize(ram_factor=4.0)
 
 
+# Never a target: the root, system directories, pseudo filesystems. What needs the filesystem
+# to tell (a symlink on the way, a home directory under another name, a workspace of another
+# user) is refused by prepare and by the service's workers (probe/workspace.py).
+SYSTEM_DIRS = frozenset({
+    "/", "/bin", "/boot", "/dev", "/etc", "/home", "/lib", "/lib32", "/lib64", "/opt",
+    "/proc", "/root", "/run", "/sbin", "/srv", "/sys", "/tmp", "/usr", "/var",
+})
+PSEUDO_FS = ("/proc/", "/sys/", "/dev/")
+
+
+def unsafe_target_path(path: Path | str, environ: Mapping[str, str] = os.environ) -> str | None:
+    """Why ``path`` must not be a target, from its name alone (no filesystem access: a
+    configuration must load even while a target's filesystem hangs); None when it may be."""
+    text = os.path.normpath(str(path))
+    if text in SYSTEM_DIRS or text.startswith(PSEUDO_FS):
+        return (f"{text} is a system directory; give a directory of its own for the probes, "
+                "e.g. /lustre/work/slowdown-probe")
+    homes = {os.path.normpath(str(_home(environ)))}
+    if environ.get("HOME"):
+        homes.add(os.path.normpath(environ["HOME"]))
+    if text in homes:
+        return f"{text} is a home directory itself; give a subdirectory, e.g. ~/slowdown-probe"
+    return None
+
+
 def _home(environ: Mapping[str, str]) -> Path:
     home = environ.get("HOME")
     if home:
@@ -1108,7 +1133,11 @@ class _Checker:
             directory = self.get(
                 table, "path", path, lambda v: self.path_value(v, relative_ok=False), _REQUIRED
             )
-            if directory is not _MISSING:
+            refusal = None if directory is _MISSING else unsafe_target_path(directory,
+                                                                            self.environ)
+            if refusal is not None:
+                self.error((*path, "path"), refusal)
+            elif directory is not _MISSING:
                 normal = Path(os.path.normpath(directory))
                 if normal in paths:
                     self.error(

@@ -239,7 +239,7 @@ class Store:
             )
             self.conn.execute("COMMIT")
         except BaseException:
-            self.conn.execute("ROLLBACK")
+            self._rollback()
             self._series.clear()  # ids inserted in the rolled-back transaction are gone
             raise
         return sum(len(r) for r in rows.values())
@@ -273,9 +273,15 @@ class Store:
             self.conn.execute("DELETE FROM minutes WHERE start < ?", (cutoff,))
             self.conn.execute("COMMIT")
         except BaseException:
-            self.conn.execute("ROLLBACK")
+            self._rollback()
             raise
         return moved
+
+    def _rollback(self) -> None:
+        """Roll back what is left of a failed transaction: SQLite has already rolled back
+        one whose COMMIT failed on a full disk, and the error to report is that one."""
+        if self.conn.in_transaction:
+            self.conn.execute("ROLLBACK")
 
     # -- reading -----------------------------------------------------------------------------
 

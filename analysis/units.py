@@ -179,13 +179,16 @@ def parse_time(text: str, now: float) -> float:
         return now
     if value.startswith("@"):
         try:
-            return float(value[1:])
+            seconds = float(value[1:])
         except ValueError:
             raise ValueError(f"expected @ and unix seconds; got {text!r}") from None
+        return _moment(seconds, text)
     try:
-        return now - parse_duration(value)
+        ago = parse_duration(value)
     except ValueError:
         pass
+    else:
+        return _moment(now - ago, text)
     iso = value[:-1] + "+00:00" if value.endswith(("Z", "z")) else value
     try:
         moment = datetime.fromisoformat(iso)
@@ -195,7 +198,14 @@ def parse_time(text: str, now: float) -> float:
             f"got {text!r}") from None
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=timezone.utc)
-    return moment.timestamp()
+    return _moment(moment.timestamp(), text)
+
+
+def _moment(seconds: float, text: str) -> float:
+    """A time that every read command can show: from 1970 to the end of the year 9999."""
+    if not 0 <= seconds < 253402300800:  # also no nan, no inf
+        raise ValueError(f"{text!r} is not a time between 1970 and the year 9999")
+    return seconds
 
 
 def format_latency(seconds: float | None) -> str:

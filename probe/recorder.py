@@ -4,12 +4,20 @@ Results arrive from the workers' reader threads at any time; the minute flush ta
 minute that has ended and writes it with the node context and the service state. When the
 database cannot be written (full or read-only volume), the finished minutes stay buffered,
 bounded, and go out with the next flush that succeeds: probing never stops for the database.
+
+No moment is counted twice. A step back of the wall clock (seen against the monotonic clock
+with every event, so at once) closes the time up to where the clock was: the minutes in it go
+out with the next flush, and results that the stepped-back clock puts into that time again are
+left out (counted in ``refused`` and logged) instead of doubling minutes already measured;
+recording resumes when the clock passes the mark. Latencies never see a step: the workers time
+ops with the monotonic clock.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterable
 
 from slowdown.analysis.histogram import Histogram
@@ -18,12 +26,17 @@ from slowdown.analysis.store import Store
 
 log = logging.getLogger(__name__)
 
+CLOCK_STEP = 1.0  # seconds the wall clock must jump against the monotonic one to be a step
+
 
 class Recorder:
     """Minute records of one host, in memory until flushed."""
 
-    def __init__(self, host: str, scale: int = 5, max_buffered_minutes: int = 240) -> None:
+    def __init__(self, host: str, scale: int = 5, max_buffered_minutes: int = 240,
+                 database: str = "", *, wall_clock: Callable[[], float] = time.time,
+                 monotonic: Callable[[], float] = time.monotonic) -> None:
         self.host = host
+        self.database = database  # named in the log when it cannot be written
         self.scale = scale
         self.max_buffered_minutes = max_buffered_minutes
         self._lock = threading.Lock()
@@ -32,6 +45,11 @@ class Recorder:
         self._failing_since: float | None = None
         self.written = 0
         self.dropped = 0
+        self._floor = float("-inf")  # wall time before which nothing is recorded (steps back)
+        self._wall_clock, self._monotonic = wall_clock, monotonic
+        self._offset = wall_clock() - monotonic()  # wall minus monotonic, between steps
+        self.refused = 0  # results, skips and stuck ages for closed minutes, left out
+        self._refused_logged = 0
         # Told of every result, skipped tick, stuck age and node sample as they arrive (the
         # metrics endpoint): methods of the same names; they must be quick and never block.
         self.observers: list = []
@@ -43,7 +61,12 @@ class Recorder:
             except Exception:  # an observer's bug must never cost a measurement
                 log.exception("recorder observer %r failed on %s", observer, event)
 
-    def _record(self, target: str, op: str, wall: float) -> Record:
+    def _record(self, target: str, op: str, wall: float) -> Record | None:
+        """The open record of that minute; None (counted) when its time is closed."""
+        self._check_step()
+        if wall < self._floor:
+            self.refused += 1
+            return None
         key = (target, op, minute_of(wall))
         rec = self._open.get(key)
         if rec is None:
@@ -54,7 +77,9 @@ class Recorder:
         """One finished op, in the minute it completed; ``latency=None`` counts an error."""
         with self._lock:
             rec = self._record(target, op, wall)
-            if latency is None:
+            if rec is None:
+                pass
+            elif latency is None:
                 rec.errors += 1
             else:
                 rec.histogram.record(latency)
@@ -64,24 +89,56 @@ class Recorder:
         """A tick that found the previous run still going."""
         with self._lock:
             for op in ops:
-                self._record(target, op, wall).skipped += 1
+                rec = self._record(target, op, wall)
+                if rec is not None:
+                    rec.skipped += 1
         self._notify("skipped", target, ops, wall)
 
     def stuck(self, target: str, op: str, age: float, wall: float) -> None:
         """An op still in flight at ``wall`` for ``age`` seconds."""
         with self._lock:
             rec = self._record(target, op, wall)
-            rec.stuck = max(rec.stuck, age)
+            if rec is not None:
+                rec.stuck = max(rec.stuck, age)
         self._notify("stuck", target, op, age, wall)
 
     def node(self, context: NodeContext) -> None:
         with self._lock:
+            self._check_step()
+            if context.start < self._floor:
+                return  # time lived again after a step back: its node row is taken already
             self._node[context.start] = context
         self._notify("node", context)
 
-    def take(self, before: float) -> tuple[list[Record], list[NodeContext]]:
-        """Remove and return the records and node context of minutes before ``before``."""
+    def _check_step(self) -> None:
+        """Under the lock, with every event: a step back closes the time lived so far."""
+        mono = self._monotonic()
+        offset = self._wall_clock() - mono
+        if offset < self._offset - CLOCK_STEP:
+            self._floor = max(self._floor, mono + self._offset)
+        if abs(offset - self._offset) >= CLOCK_STEP:
+            self._offset = offset
+
+    def close_before(self, wall: float) -> None:
+        """The wall clock stepped back from ``wall``: nothing more is recorded before it.
+
+        Every minute that starts before ``wall`` goes out with the next flush, however far
+        back the clock now is; the rest of the minute ``wall`` falls in is recorded (and
+        merged into that minute's row) once the clock has passed ``wall`` again.
+        """
         with self._lock:
+            self._floor = max(self._floor, float(wall))
+
+    @property
+    def closed_before(self) -> float:
+        """Wall time before which nothing is recorded any more (``-inf`` until a step back)."""
+        return self._floor
+
+    def take(self, before: float) -> tuple[list[Record], list[NodeContext]]:
+        """Remove and return the records and node context of minutes before ``before``
+        (and of every closed minute)."""
+        with self._lock:
+            before = max(before, self._floor)
             done = [k for k in self._open if k[2] < before]
             records = [self._open.pop(k) for k in done]
             nodes = [self._node.pop(t) for t in [t for t in self._node if t < before]]
@@ -131,13 +188,21 @@ class Recorder:
             self.put_back(records, nodes)
             if self._failing_since is None:
                 self._failing_since = now
-                log.error("cannot write the database, buffering in memory: %s", exc)
+                log.error("cannot write the database %s(%s); probing goes on and minute records "
+                          "are kept in memory, up to %d minutes, until it can be written",
+                          f"{self.database} " if self.database else "", exc,
+                          self.max_buffered_minutes)
             return False
         if self._failing_since is not None:
-            log.warning("database writable again after %.0f s; buffered minutes written",
-                        now - self._failing_since)
+            log.warning("database writable again after %.0f s; %d buffered minute records "
+                        "written", now - self._failing_since, len(records))
             self._failing_since = None
         self.written += len(records)
+        if self.refused > self._refused_logged:
+            log.warning("wall clock went back: %d results fell into time already measured and "
+                        "were left out (no moment is counted twice)",
+                        self.refused - self._refused_logged)
+            self._refused_logged = self.refused
         return True
 
     def pending_minutes(self) -> int:

@@ -14,6 +14,7 @@ import json
 import logging
 import os
 import signal
+import sqlite3
 import threading
 import time
 import zlib
@@ -24,7 +25,7 @@ from apscheduler.executors.pool import ThreadPoolExecutor
 from apscheduler.schedulers.background import BackgroundScheduler
 from apscheduler.triggers.interval import IntervalTrigger
 
-from slowdown.analysis import baseline
+from slowdown.analysis import baseline, schema
 from slowdown.analysis.alerts import ServiceAlerts
 from slowdown.analysis.config import Config
 from slowdown.analysis.records import MINUTE, minute_of
@@ -32,12 +33,13 @@ from slowdown.analysis.store import Store
 
 from .node import NodeSampler
 from .notify import Notifier
-from .recorder import Recorder
+from .recorder import CLOCK_STEP, Recorder
 from .runner import TargetRunner
 
 log = logging.getLogger(__name__)
 
 EXIT_DEADLINE = 9.0  # seconds after SIGTERM before the process exits whatever is stuck
+EXIT_DATABASE = 2  # the database file is damaged, foreign or newer: not touched, not started
 
 
 def phase_of(host: str, interval: float) -> float:
@@ -56,7 +58,7 @@ class Service:
         self.config = config
         self.duration = duration
         self.notifier = notifier or Notifier()
-        self.recorder = Recorder(config.host, config.scale)
+        self.recorder = Recorder(config.host, config.scale, database=str(config.database))
         self.runners = [
             TargetRunner(t.name, config.workspace(t), self.recorder, interval=config.interval,
                          abandon_after=config.abandon_after)
@@ -69,6 +71,7 @@ class Service:
         self.started = time.time()
         self.jitter: list[float] = []  # tick start delay behind schedule, seconds
         self._tick_mono = time.monotonic()
+        self._clock_offset = self.started - self._tick_mono  # wall minus monotonic
         self._store: Store | None = None
         self._flush_lock = threading.Lock()
         self._last_rollup_hour: int | None = None
@@ -124,8 +127,13 @@ class Service:
             # ended, or at exit the current, partial minute.
             self.recorder.node(self.node.sample(minute if everything else minute - MINUTE))
             ok = self.recorder.flush(self.store, now, everything=everything)
-            if not ok:
-                self._store = None  # reopen next time: the volume may come back
+            if not ok:  # reopen next time: the volume may come back
+                store, self._store = self._store, None
+                try:
+                    if store is not None:
+                        store.close()
+                except Exception as exc:
+                    log.debug("closing the failed database connection: %s", exc)
             elif minute // 3600 != self._last_rollup_hour:
                 self._last_rollup_hour = minute // 3600
                 self._hourly(now)
@@ -222,6 +230,9 @@ class Service:
         try:  # early, so readers find the file; if it fails, minutes are buffered
             self.store()
         except Exception as exc:
+            if damaged(exc):  # writing on would overwrite what is there: refuse to start
+                log.error("%s; not starting (move the file away or set another database)", exc)
+                return EXIT_DATABASE
             log.error("cannot open the database %s: %s", cfg.database, exc)
         if cfg.alerts:  # its own connections: never inside the flush's transactions
             self.alerts = ServiceAlerts(cfg, lambda: Store(cfg.database, check_same_thread=False))
@@ -235,7 +246,9 @@ class Service:
             self.publish_live, IntervalTrigger(seconds=cfg.interval, start_date=self._first_tick()
                                                + dt.timedelta(seconds=cfg.interval / 2)),
             id="live", name="live state")
-        self.scheduler.add_job(self.flush, "cron", second=1, id="flush", name="minute flush")
+        # At the minute's first instant: a crash loses the minute in progress, not the one
+        # before it as well (the recorder files a result under the minute it completed in).
+        self.scheduler.add_job(self.flush, "cron", second=0, id="flush", name="minute flush")
         self.scheduler.start()
         log.info("probing %d target(s) every %gs (phase %.3fs) into %s",
                  len(self.runners), cfg.interval, self.phase, cfg.database)
@@ -244,6 +257,7 @@ class Service:
         beat = min(1.0, (self.notifier.watchdog_interval or 2.0) / 2)
         while not self.stop_event.wait(beat):
             self.notifier.watchdog()
+            self._check_clock()
             self._watch_scheduler()
             if deadline is not None and time.monotonic() >= deadline:
                 break
@@ -255,9 +269,40 @@ class Service:
             log.warning("no tick for %.0f s (clock step?); rescheduling",
                         time.monotonic() - self._tick_mono)
             self._tick_mono = time.monotonic()
-            self.scheduler.reschedule_job(
-                "tick", trigger=IntervalTrigger(seconds=self.config.interval,
-                                                start_date=self._first_tick()))
+            self._reschedule()
+
+    def _check_clock(self) -> None:
+        """Notice a step of the wall clock (the monotonic clock never steps) within a beat.
+
+        Back: the time up to where the clock was is closed, so that the time lived again is
+        not added to minutes already measured; forward: nothing to close (the minutes skipped
+        had no ticks). Either way the jobs are put on the new time at once, instead of waiting
+        for a moment an hour away.
+        """
+        wall, mono = time.time(), time.monotonic()
+        step = (wall - mono) - self._clock_offset
+        if abs(step) < CLOCK_STEP:
+            return
+        before = mono + self._clock_offset  # where the wall clock would be without the step
+        self._clock_offset = wall - mono
+        log.warning("wall clock stepped %s by %.1f s, to %s; minutes are taken by the new "
+                    "time%s", "back" if step < 0 else "forward", abs(step), _utc(wall),
+                    f"; nothing is recorded before {_utc(before)} again" if step < 0 else "")
+        if step < 0:
+            self.recorder.close_before(before)
+        self._tick_mono = mono
+        self._reschedule()
+
+    def _reschedule(self) -> None:
+        """Put the tick, live-state and flush jobs on the wall clock as it is now."""
+        first = self._first_tick()
+        interval = self.config.interval
+        self.scheduler.reschedule_job(
+            "tick", trigger=IntervalTrigger(seconds=interval, start_date=first))
+        self.scheduler.reschedule_job(
+            "live", trigger=IntervalTrigger(
+                seconds=interval, start_date=first + dt.timedelta(seconds=interval / 2)))
+        self.scheduler.reschedule_job("flush", trigger="cron", second=0)
 
     def shutdown(self) -> int:
         """Flush and exit within seconds even while a probe hangs."""
@@ -288,6 +333,21 @@ class Service:
                      delays["max"] * 1e3)
         log.info("stopped; %d records written", self.recorder.written)
         return 0 if ok else 1
+
+
+def _utc(wall: float) -> str:
+    return dt.datetime.fromtimestamp(wall, dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def damaged(exc: BaseException) -> bool:
+    """True when opening the database failed because of the file itself (damaged, foreign,
+    from a newer slowdown), not because of its volume (full, read-only, I/O errors: SQLite
+    reports those as OperationalError, and the service buffers until they pass)."""
+    cause = exc.__cause__ or exc.__context__
+    if isinstance(cause, schema.SchemaError):
+        return True
+    return isinstance(cause, sqlite3.DatabaseError) and not isinstance(
+        cause, sqlite3.OperationalError)
 
 
 def _exit_now() -> None:

@@ -70,7 +70,10 @@ class Probes:
     def _open(self) -> None:
         from .data_probe import DataProbe
         from .md_probe import MdProbe
+        from .workspace import check_workspace
 
+        if self.md is None or self.data is None:  # never through a symlink, nor another's
+            check_workspace(self.workspace)
         if self.md is None:
             self.md = MdProbe.from_workspace(self.workspace)
         if self.data is None:

@@ -33,8 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
+from slowdown.analysis.config import PSEUDO_FS, SYSTEM_DIRS
 from slowdown.analysis.units import format_size
 
 from .manifest import (
@@ -66,12 +65,6 @@ WRITE_CHUNK = 8 * BLOCK_SIZE
 SYNC_EVERY = 256 * BLOCK_SIZE
 MARGIN_BYTES = 16 * BLOCK_SIZE
 MARGIN_INODES = 16
-
-SYSTEM_DIRS = frozenset({
-    "/", "/bin", "/boot", "/dev", "/etc", "/home", "/lib", "/lib32", "/lib64", "/opt",
-    "/proc", "/root", "/run", "/sbin", "/srv", "/sys", "/tmp", "/usr", "/var",
-})
-PSEUDO_FS = ("/proc/", "/sys/", "/dev/")
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
@@ -162,6 +155,28 @@ def check_target_path(path: Path | str) -> None:
         raise UnsafePathError(f"target path {text} is a system directory")
     _refuse_symlinks(Path(text))
     _refuse_home(Path(text))
+
+
+def check_workspace(workspace: Path | str) -> None:
+    """What the service's worker checks before it probes a workspace (the checks touch the
+    target, so they run in the worker, where a hung filesystem cannot stop the service): the
+    target path is not a system directory and has no symlink on the way, and the workspace
+    directories are real directories of this user. UnsafePathError otherwise; a workspace
+    not prepared passes (the probes then say it is not prepared)."""
+    workspace = Path(workspace)
+    target = workspace.parent.parent
+    text = str(target)
+    if not os.path.isabs(text) or os.path.normpath(text) != text:
+        raise UnsafePathError(f"target path {text!r} is not absolute and in normal form")
+    if text in SYSTEM_DIRS or text.startswith(PSEUDO_FS):
+        raise UnsafePathError(f"target path {text} is a system directory")
+    _refuse_symlinks(target)
+    for path in (workspace.parent, workspace):
+        st = _lstat(path)
+        if st is None:
+            return
+        _require_dir(path, st)
+        _require_ours(path, st)
 
 
 def _refuse_symlinks(path: Path) -> None:
@@ -281,6 +296,8 @@ def _estimate(where: Path, data_bytes: int, objects: int, object_size: int,
 
 
 def _stamped(block: memoryview | bytearray) -> bool:
+    import numpy as np  # here: the service's workers import this module for check_workspace
+
     words = np.frombuffer(block, dtype=np.uint64)
     return bool(np.all(words[:: STAMP_UNIT // 8] == STAMP_MAGIC))
 
@@ -315,6 +332,8 @@ def verified_length(path: Path) -> int:
 
 def _write_data(path: Path, start: int, end: int, progress: Any) -> int:
     """Write real, stamped data from `start` to `end`; return bytes written."""
+    import numpy as np
+
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
     try:
         st = os.fstat(fd)

@@ -948,9 +948,10 @@ def test_relative_database_is_taken_from_the_file_directory(tmp_path, environ):
 
 
 def test_home_is_expanded_in_paths(tmp_path, environ):
-    config = loads('database = "~/x.db"\n' + MINIMAL.replace("/srv/home", "~"), environ=environ)
+    config = loads('database = "~/x.db"\n' + MINIMAL.replace("/srv/home", "~/probe"),
+                   environ=environ)
     assert config.database == Path(environ["HOME"]) / "x.db"
-    assert config.targets[0].path == Path(environ["HOME"])
+    assert config.targets[0].path == Path(environ["HOME"]) / "probe"
 
 
 # --------------------------------------------------------------------------- pieces

@@ -1,0 +1,31 @@
+"""kill -9 of the real service, 400 times (the CI form does 100: test_reliability_crash.py).
+
+Opt-in (tests/long, ``--long``); about 15 minutes:
+
+    python -m pytest --long -s tests/long/test_crash_long.py
+
+What each cycle injects and checks is in tests/crashloop.py; the summary it prints is in
+docs/RELIABILITY.md.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from tests.crashloop import crash_loop, summary
+
+CYCLES = int(os.environ.get("SLOWDOWN_CRASH_CYCLES", "400"))
+
+
+@pytest.mark.timeout(3600)
+def test_kill_9_four_hundred_times(tmp_path):
+    results = crash_loop(tmp_path, CYCLES, seed=400)
+    seen = summary(results)
+    print("CRASH-SUMMARY " + json.dumps(seen))
+    assert len(results) == CYCLES
+    assert seen["after"]["minute written"] == seen["after"]["kills"], seen
+    lost = seen["boundary"].get("killed in the flush before its commit (minute lost)", 0)
+    assert lost >= 1, seen  # some kills did land inside the flush
