@@ -51,14 +51,14 @@ def pool_files(target_path) -> int:
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
-def test_two_minutes_on_real_directories(tmp_path):
+def test_whole_minutes_on_real_directories(tmp_path):
     targets = [TargetSpec("one", tmp_path / "one"), TargetSpec("two", tmp_path / "two")]
     config, database = prepared(tmp_path, targets)
     data = [t.path / ".slowdown" / "testhost" / "data.bin" for t in targets]
     sizes = [p.stat().st_size for p in data]
     objects = [pool_files(t.path) for t in targets]
-    # Run through two whole minutes, and stop just after the second one is flushed.
-    duration = 60 - time.time() % 60 + 123
+    # Run through one whole minute, and stop just after it is flushed.
+    duration = 60 - time.time() % 60 + 63
     proc = start_service(config, "--duration", f"{duration:.0f}s")
     err = wait_service(proc, duration + 30)
     assert proc.returncode == 0, err
@@ -71,7 +71,7 @@ def test_two_minutes_on_real_directories(tmp_path):
         assert sorted(by_op) == sorted(OPS)
         for op, recs in by_op.items():
             whole = sorted(recs, key=lambda r: r.start)[1:-1]  # the minutes run through
-            assert len(whole) >= 2, (op, [r.start for r in recs])
+            assert len(whole) >= 1, (op, [r.start for r in recs])
             for rec in whole:
                 assert 58 <= rec.histogram.count <= 61, (t.name, op, rec)
                 assert rec.errors == 0 and rec.skipped == 0, (t.name, op, rec)
