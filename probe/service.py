@@ -1,7 +1,9 @@
 """The probing service: ticks every interval, one minute flush, live state, systemd notify.
 
 Threads and who may block:
-- APScheduler's scheduler thread fires the jobs; the tick job only dispatches (never blocks);
+- APScheduler's scheduler thread fires the jobs and runs the tick job itself: it only
+  dispatches (never blocks), and handing it to a pool thread would put a second thread
+  wake-up on the path of every tick (tick start delay: docs/BENCHMARKS-probe.md);
 - the minute job writes the database (may be slow on a sick volume: it blocks nothing else);
 - the live-state job rewrites a small JSON file beside the database every interval;
 - the main thread sends the systemd watchdog and watches the scheduler, never a probe.
@@ -21,6 +23,7 @@ import zlib
 from collections.abc import Callable
 from pathlib import Path
 
+from apscheduler.executors.debug import DebugExecutor
 from apscheduler.executors.pool import ThreadPoolExecutor
 from apscheduler.schedulers.background import BackgroundScheduler
 from apscheduler.triggers.interval import IntervalTrigger
@@ -83,7 +86,8 @@ class Service:
             self.metrics = ServiceMetrics(self)
         self.scheduler = BackgroundScheduler(
             timezone=dt.timezone.utc,
-            executors={"default": ThreadPoolExecutor(4)},
+            # "direct": run in the scheduler thread itself (the tick job only)
+            executors={"default": ThreadPoolExecutor(4), "direct": DebugExecutor()},
             job_defaults={"coalesce": True, "max_instances": 1,
                           "misfire_grace_time": max(1, int(config.interval))},
         )
@@ -241,7 +245,7 @@ class Service:
             self.metrics.start()
         self.scheduler.add_job(
             self.tick, IntervalTrigger(seconds=cfg.interval, start_date=self._first_tick()),
-            id="tick", name="tick")
+            id="tick", name="tick", executor="direct")
         self.scheduler.add_job(
             self.publish_live, IntervalTrigger(seconds=cfg.interval, start_date=self._first_tick()
                                                + dt.timedelta(seconds=cfg.interval / 2)),
