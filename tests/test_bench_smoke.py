@@ -1,11 +1,16 @@
-"""The histogram benchmark still runs: its quick mode prints the whole table."""
+"""The benchmarks still run: their quick modes print the whole table."""
 
 from __future__ import annotations
 
+import json
+import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 HEAD = "| what | ours | anchor | ratio | goal | met? |"
@@ -29,3 +34,95 @@ def test_bench_histogram_quick_prints_its_table(tmp_path):
     assert len(goals) == 2
     assert all(r.rstrip(" |").endswith(("yes", "**NO**")) for r in goals)
     assert list(tmp_path.iterdir()) == []  # the benchmark's database is cleaned up
+
+
+PROBE_HEAD = "| what | ours | ioping | difference | ratio | ratio of each run | goal | met? |"
+SERVICE_HEAD = "| what | value | goal | met? |"
+
+
+def _table(lines: list[str], head: str) -> list[str]:
+    """The rows of the table under ``head``, up to its end."""
+    assert head in lines
+    rows = []
+    for line in lines[lines.index(head) + 2:]:
+        if not line.startswith("|"):
+            break
+        rows.append(line)
+    return rows
+
+
+def _direct_io_works(directory: Path) -> bool:
+    probe = directory / "direct-check"
+    try:
+        fd = os.open(probe, os.O_RDWR | os.O_CREAT | os.O_DIRECT, 0o600)
+    except OSError:
+        return False
+    finally:
+        probe.unlink(missing_ok=True)
+    os.close(fd)
+    return True
+
+
+def test_bench_probe_quick_compares_with_ioping(tmp_path):
+    if shutil.which("ioping") is None:
+        pytest.skip("ioping is not installed")
+    if not _direct_io_works(tmp_path):
+        pytest.skip(f"{tmp_path} refuses O_DIRECT")
+    raw = tmp_path / "probe.json"
+    work = tmp_path / "work"
+    work.mkdir()
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.bench_probe", "--quick", "--dir", str(work),
+         "--json", str(raw)],
+        cwd=ROOT, capture_output=True, text=True, timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    rows = _table(done.stdout.splitlines(), PROBE_HEAD)
+    assert len(rows) == 5  # read, read fadvised, write, write refilled, write + fdatasync
+    for r in rows:
+        cells = [c.strip() for c in r.strip("|").split("|")]
+        assert re.fullmatch(r"[\d,]+ us", cells[1]) and re.fullmatch(r"[\d,]+ us", cells[2]), r
+        assert float(cells[4]) > 0 and float(cells[5]) == float(cells[4])  # 1 run
+    goals = [r for r in rows if "within 5% or 20 us" in r]
+    assert len(goals) == 2
+    assert all(r.rstrip(" |").endswith(("yes", "**NO**")) for r in goals)
+    results = json.loads(raw.read_text())["results"]
+    assert [r["kind"] for r in results] == ["read", "read, fadvised", "write",
+                                            "write, refilled", "write+fdatasync"]
+    for r in results:
+        assert len(r["rounds"]) == 3
+        assert all(0 < row["ours"] < 1 and 0 < row["ioping"] < 1 for row in r["rounds"])
+    assert list(work.iterdir()) == []  # workspace and config cleaned up
+
+
+def test_bench_service_quick_measures_the_service(tmp_path):
+    raw = tmp_path / "service.json"
+    work = tmp_path / "work"
+    work.mkdir()
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.bench_service", "--quick", "--duration", "8s",
+         "--dir", str(work), "--json", str(raw)],
+        cwd=ROOT, capture_output=True, text=True, timeout=90,
+    )
+    assert done.returncode == 0, done.stderr
+    rows = _table(done.stdout.splitlines(), SERVICE_HEAD)
+    values = {r.split(" | ")[0].lstrip("| ").split(" (")[0]: r.split(" | ")[1] for r in rows}
+    assert re.fullmatch(r"[\d.]+ %", values["CPU, service + workers, steady state, % of one core"])
+    assert re.fullmatch(r"[\d.]+ MiB", values["peak RSS, service + workers summed"])
+    assert re.fullmatch(r"[\d.]+ ms", values["tick start delay, p99"])
+    assert re.fullmatch(r"[\d.]+ ms",
+                        values["anchor: plain time.sleep() wake-up delay, same machine, p99"])
+    goals = [r for r in rows if "<= " in r]
+    assert len(goals) == 4
+    assert all(r.rstrip(" |").endswith(("yes", "**NO**")) for r in goals)
+    (run,) = json.loads(raw.read_text())["runs"]
+    assert run["returncode"] == 0
+    assert run["delay"]["ticks"] >= 6
+    assert run["cpu"] > 0 and 0 < run["rss_peak"] < 1 << 30
+    assert run["left_alive"] == []
+    roles = {p["role"] for p in run["procs"].values()}
+    assert {"service", "worker root", "worker dir"} <= roles
+    ops = {key: v["ops"] for key, v in run["db"].items()}
+    assert len(ops) == 12 and all(n >= 5 for n in ops.values()), ops  # 2 targets x 6 ops
+    assert all(v["errors"] == 0 for v in run["db"].values())
+    assert list(work.iterdir()) == []  # workspaces, config and database cleaned up
