@@ -2,10 +2,12 @@
 
 The service's scheduled job calls ``TargetRunner.tick()`` every interval. The call never
 blocks: it writes one line to an idle worker's pipe, or counts the tick as skipped when the
-previous run is still going. A reader thread per worker turns the worker's answers into
-results for the recorder. A worker stuck longer than ``abandon_after`` is abandoned: no more
-ticks go to it, a fresh worker takes over, and the old one is still listened to, so the op it
-is stuck in is recorded whole, in the minute it completes, when the filesystem lets it go.
+previous run is still going. A reader thread per worker turns the worker's answers (one write
+per run) into results for the recorder; which op is in flight, and since when, is read from
+the page the worker shares (``progress.py``). A worker stuck longer than ``abandon_after``
+is abandoned: no more ticks go to it, a fresh worker takes over, and the old one is still
+listened to, so the op it is stuck in is recorded whole, in the minute it completes, when
+the filesystem lets it go.
 At most ``max_abandoned`` stuck workers may pile up per target; past that, ticks are skipped.
 """
 
@@ -24,6 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .progress import Position, Progress
 from .recorder import Recorder
 from .worker import OPS
 
@@ -32,11 +35,11 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class InFlight:
-    """The op a worker is in, and since when (monotonic seconds)."""
+    """A run sent to a worker and not ended yet: its tick, and when it was sent (monotonic
+    seconds)."""
 
     tick: int
-    op: str
-    since: float
+    sent: float
 
 
 def _worker_env() -> dict[str, str]:
@@ -51,12 +54,18 @@ class WorkerHandle:
 
     def __init__(self, target: str, workspace: Path, on_message: Callable) -> None:
         self.target = target
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "slowdown.probe.worker", str(workspace)],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1,
-            close_fds=True, start_new_session=True,  # a terminal's Ctrl-C is the service's
-            env=_worker_env(),
-        )
+        self.progress, fd = Progress.create()
+        try:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "slowdown.probe.worker", str(workspace),
+                 "--progress-fd", str(fd)],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1,
+                close_fds=True, pass_fds=(fd,),
+                start_new_session=True,  # a terminal's Ctrl-C is the service's
+                env=_worker_env(),
+            )
+        finally:
+            os.close(fd)
         self.pid = self.process.pid
         self.in_flight: InFlight | None = None
         self.abandoned = False
@@ -68,6 +77,18 @@ class WorkerHandle:
     @property
     def busy(self) -> bool:
         return self.in_flight is not None
+
+    def position(self) -> tuple[str, float] | None:
+        """The op in flight and since when (monotonic seconds), or None when idle."""
+        flight = self.in_flight
+        if flight is None:
+            return None
+        seen: Position | None = self.progress.get()
+        if seen is None or seen.tick != flight.tick:  # the run has not begun
+            return OPS[0], flight.sent
+        if seen.done >= len(OPS):  # every op done; the answers are on their way
+            return None
+        return OPS[seen.done], seen.since
 
     def send(self, message: dict) -> bool:
         try:
@@ -125,7 +146,6 @@ class TargetRunner:
 
     def __init__(self, name: str, workspace: Path, recorder: Recorder, *,
                  interval: float = 1.0, abandon_after: float = 30.0, max_abandoned: int = 2,
-                 clock: Callable[[], float] = time.monotonic,
                  wall: Callable[[], float] = time.time) -> None:
         self.name = name
         self.workspace = workspace
@@ -133,7 +153,6 @@ class TargetRunner:
         self.interval = interval
         self.abandon_after = abandon_after
         self.max_abandoned = max_abandoned
-        self.clock = clock
         self.wall = wall
         self.status = TargetStatus()
         self._lock = threading.Lock()
@@ -150,24 +169,25 @@ class TargetRunner:
         with self._lock:
             if self._closed:
                 return False
-            now, wall = self.clock(), self.wall()
+            now, wall = time.monotonic(), self.wall()
             self._reap()
             worker = self._current
             if worker is not None and worker.busy:
-                age = now - worker.in_flight.since
+                op, since = worker.position() or (None, now)
+                age = now - since
                 if age < self.abandon_after or len(self._abandoned) >= self.max_abandoned:
                     self.status.skipped += 1
                     self.recorder.skipped(self.name, OPS, wall)
                     return False
                 log.warning("target %s: worker %d stuck in %s for %.0f s; abandoned, starting "
-                            "another", self.name, worker.pid, worker.in_flight.op, age)
+                            "another", self.name, worker.pid, op, age)
                 worker.abandon()
                 self._abandoned.append(worker)
                 worker = self._current = None
             if worker is None:
                 worker = self._current = WorkerHandle(self.name, self.workspace, self._message)
             self._tick += 1
-            worker.in_flight = InFlight(self._tick, OPS[0], now)
+            worker.in_flight = InFlight(self._tick, now)
             self.status.ticks += 1
             self.status.last_tick = wall
             if not worker.send({"tick": self._tick}):
@@ -180,11 +200,14 @@ class TargetRunner:
 
     def in_flight(self) -> list[tuple[str, float, int]]:
         """``(op, age seconds, worker pid)`` of every op in flight, current and abandoned."""
-        now = self.clock()
+        now = time.monotonic()
+        flights = []
         with self._lock:
-            handles = [h for h in [self._current, *self._abandoned] if h is not None]
-            return [(h.in_flight.op, now - h.in_flight.since, h.pid)
-                    for h in handles if h.in_flight is not None]
+            for handle in [self._current, *self._abandoned]:
+                position = handle.position() if handle is not None else None
+                if position is not None:
+                    flights.append((position[0], now - position[1], handle.pid))
+        return flights
 
     def note_stuck(self, wall: float | None = None) -> None:
         """Record the age of ops in flight longer than the interval (at least once a minute)."""
@@ -219,11 +242,14 @@ class TargetRunner:
     # -- the worker side (reader threads) ----------------------------------------------------
 
     def _message(self, worker: WorkerHandle, message: dict) -> None:
-        now, wall = self.clock(), self.wall()
+        wall = self.wall()
         with self._lock:
             flight = worker.in_flight
             if "op" in message and flight is not None and message.get("tick") == flight.tick:
                 op = message["op"]
+                at = message.get("at")
+                if isinstance(at, (int, float)):  # when it returned: its answer may be held
+                    wall = float(at)
                 if message.get("skip"):
                     pass
                 elif "err" in message:
@@ -236,9 +262,6 @@ class TargetRunner:
                     latency = float(message["lat"])
                     self.recorder.result(self.name, op, latency, wall)
                     self.status.last[op] = {"lat": latency, "at": wall}
-                following = OPS.index(op) + 1
-                if following < len(OPS):
-                    flight.op, flight.since = OPS[following], now
             elif message.get("end") and flight is not None and message.get("tick") == flight.tick:
                 worker.in_flight = None
                 self.status.last_end = wall
@@ -246,11 +269,12 @@ class TargetRunner:
                 if worker.abandoned:
                     worker.stop()  # its late results are in; let it go
             elif message.get("exit"):
-                if worker.in_flight is not None and not self._closed:
+                position = worker.position()
+                if position is not None and not self._closed:
                     log.error("target %s: worker %d exited during %s", self.name, worker.pid,
-                              worker.in_flight.op)
-                    self.recorder.result(self.name, worker.in_flight.op, None, wall)
-                    worker.in_flight = None
+                              position[0])
+                    self.recorder.result(self.name, position[0], None, wall)
+                worker.in_flight = None
                 if worker is self._current:
                     self._current = None
             elif "saved" in message and not message["saved"]:

@@ -7,17 +7,23 @@ abandoned and the service still exits at once.
 
 Protocol, JSON lines. The service writes ``{"tick": N}`` (run the probes once) or
 ``{"save": true}`` (persist the md rotation position) to stdin; the worker answers on
-stdout, one line per finished op, in the fixed order of ``OPS``::
+stdout, one line per finished op, in the fixed order of ``OPS``, and one at the end::
 
-    {"tick": N, "op": "data-read", "lat": 0.00123}
-    {"tick": N, "op": "md-read", "lat": 0.0001, "err": "EIO", "msg": "..."}
+    {"tick": N, "op": "data-read", "lat": 0.00123, "at": 1763762400.5}
+    {"tick": N, "op": "md-read", "err": "EIO", "msg": "...", "at": 1763762400.6}
     {"tick": N, "end": true, "mode": "direct"}
 
-so the service always knows which op is in flight and since when. End of stdin ends the
-worker. SIGUSR1 says the service has abandoned this worker (it was stuck and another took
-over): the op in flight is still reported when it returns, the rest of the run is skipped
-(so two workers never rotate the same md pool at once) and the worker exits. This module
-imports nothing heavy: it starts in a few milliseconds and stays small.
+``at`` is the wall time the op returned: the service files a result under that minute. A
+run's lines are held and written together when it ends: one wake-up of the service's reader
+thread per tick, not seven. A run that lasts longer than ``HOLD_ANSWERS`` seconds writes what
+it holds and then each line as its op returns, so that after a hang the service learns of
+the result when the op returns. Which op is in flight and since when, the worker
+keeps in a page shared with the service (``progress.py``), updated after every op.
+
+End of stdin ends the worker. SIGUSR1 says the service has abandoned this worker (it was
+stuck and another took over): the op in flight is still reported when it returns, the rest
+of the run is skipped (so two workers never rotate the same md pool at once) and the worker
+exits. This module imports nothing heavy: it starts in a few milliseconds and stays small.
 """
 
 from __future__ import annotations
@@ -30,7 +36,9 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
+
+from .progress import Progress
 
 DATA_READ = "data-read"
 DATA_WRITE = "data-write"
@@ -39,6 +47,7 @@ DATA_OPS = OPS[:2]
 MD_OPS = OPS[2:]
 
 Emit = Callable[[dict[str, Any]], None]
+HOLD_ANSWERS = 0.25  # seconds a run's answers are held to go out in one write
 
 
 class Abandoned(Exception):
@@ -137,14 +146,45 @@ class Probes:
             self.md.save_position()
 
 
+class Answers:
+    """The worker's stdout: a run's lines in one write at its end, unless the run is slow;
+    its position in the shared page after each op."""
+
+    def __init__(self, out: TextIO, progress: Progress | None) -> None:
+        self._out = out
+        self._progress = progress
+        self._held: list[str] = []
+        self._tick = 0
+        self._done = 0
+        self._started = 0.0
+
+    def start(self, tick: int) -> None:
+        self._tick, self._done, self._started = tick, 0, time.monotonic()
+        if self._progress is not None:
+            self._progress.set(tick, 0, self._started)
+
+    def __call__(self, message: dict[str, Any]) -> None:
+        now = time.monotonic()
+        if "op" in message:
+            message["at"] = time.time()
+            if message.get("tick") == self._tick:
+                self._done += 1
+                if self._progress is not None:
+                    self._progress.set(self._tick, self._done, now)
+        self._held.append(json.dumps(message, separators=(",", ":")))
+        if "op" not in message or now - self._started > HOLD_ANSWERS or _abandoned:
+            self._out.write("\n".join(self._held) + "\n")
+            self._out.flush()
+            self._held.clear()
+
+
 def main() -> int:
     workspace = Path(sys.argv[1])
+    progress = None
+    if len(sys.argv) > 3 and sys.argv[2] == "--progress-fd":
+        progress = Progress.attach(int(sys.argv[3]))
     probes = Probes(workspace)
-    out = sys.stdout
-
-    def emit(message: dict[str, Any]) -> None:
-        out.write(json.dumps(message, separators=(",", ":")) + "\n")
-        out.flush()
+    emit = Answers(sys.stdout, progress)
 
     signal.signal(signal.SIGUSR1, _on_abandon)
     for line in sys.stdin:
@@ -155,6 +195,7 @@ def main() -> int:
         except ValueError:
             continue
         if "tick" in command:
+            emit.start(int(command["tick"]))
             probes.tick(int(command["tick"]), emit)
             if _abandoned:
                 break
