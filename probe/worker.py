@@ -122,9 +122,12 @@ class Probes:
                 if code:
                     message.update(err=errno.errorcode.get(code, str(code)),
                                    msg=os.strerror(code))
+                    missing.append(code in (errno.ENOENT, errno.ESTALE))
                 else:
                     message["lat"] = latency
                 report(message)
+
+            missing: list[bool] = []
 
             try:
                 self.md.step(on_op=md_result)
@@ -135,11 +138,23 @@ class Probes:
                 for op in MD_OPS:
                     if op not in reported:
                         emit({"tick": tick, "op": op, **failure})
+            if any(missing):
+                self._forget_if_gone()
         except Abandoned:
             for op in OPS:
                 if op not in reported:
                     emit({"tick": tick, "op": op, "skip": True})
-        emit({"tick": tick, "end": True, "mode": self.data.mode})
+        emit({"tick": tick, "end": True, "mode": self.data.mode if self.data else None})
+
+    def _forget_if_gone(self) -> None:
+        """After an md op found no file: if the workspace itself is gone, let go of the open
+        data file too (unlinked, it would go on answering), so that every op fails until the
+        workspace is back."""
+        if os.path.isdir(self.workspace):
+            return  # one object missing: the md probe heals it
+        if self.data is not None:
+            self.data.close()
+        self.data = self.md = None
 
     def save(self) -> None:
         if self.md is not None:

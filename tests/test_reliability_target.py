@@ -139,10 +139,12 @@ def test_target_faults_never_stop_the_service(tmp_path):
     for op in ("data-read", "md-stat"):
         assert rofs[op]["count"] >= 10, (op, rofs[op])
     assert "EROFS" in err
-    # gone: the md probe's files are gone; every md op fails from then on.
+    # gone: the md probe's files are gone, and then the workspace: every op fails from then
+    # on, the data ops too (the worker lets go of the unlinked data file it held open).
     gone = seen["gone"]
-    for op in ("md-stat", "md-read", "md-write"):
+    for op in OPS:
         assert gone[op]["errors"] >= 20, (op, gone[op])
+    assert gone["data-read"]["count"] <= 5, gone["data-read"]  # ticks before the deletion
     assert "ENOENT" in err
     # healthy: not one tick lost, nothing skipped, no error.
     healthy = seen["healthy"]
