@@ -5,8 +5,11 @@ Threads and who may block:
   dispatches (never blocks), and handing it to a pool thread would put a second thread
   wake-up on the path of every tick (tick start delay: docs/BENCHMARKS-probe.md);
 - the minute job writes the database (may be slow on a sick volume: it blocks nothing else);
-- the live-state job rewrites a small JSON file beside the database every interval;
-- the main thread sends the systemd watchdog and watches the scheduler, never a probe.
+- the main thread sends the systemd watchdog, watches the clock and the scheduler, never a
+  probe; at each beat, half an interval after a tick, it hands the live state (a small JSON
+  file beside the database) to a thread of its own to write, unless the last write is still
+  going (a hung volume there holds that thread only). The beat is a wake-up the main thread
+  has anyway: the live state costs no wake-up of the scheduler's thread.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import threading
 import time
 import zlib
 from collections.abc import Callable
+from concurrent import futures
 from pathlib import Path
 
 from apscheduler.executors.debug import DebugExecutor
@@ -78,6 +82,8 @@ class Service:
         self._store: Store | None = None
         self._flush_lock = threading.Lock()
         self._last_rollup_hour: int | None = None
+        self._live_writer = futures.ThreadPoolExecutor(1, thread_name_prefix="live-state")
+        self._live_write: futures.Future | None = None
         self.alerts: ServiceAlerts | None = None  # rules evaluated after each minute flush
         self.metrics = None  # the Prometheus endpoint, only when configured
         if config.metrics is not None:
@@ -184,8 +190,9 @@ class Service:
     def publish_live(self, now: float | None = None) -> None:
         """The live state, for ``slowdown watch``: replaced atomically, at most a second old.
 
-        A job of its own, half an interval after each tick: a slow volume under the live file
-        never delays a tick, and what it shows in flight has been running for half an interval.
+        Written half an interval after each tick, on a thread of its own: a slow volume under
+        the live file never delays a tick nor the watchdog, and what it shows in flight has
+        been running for half an interval.
         """
         now = time.time() if now is None else now
         state = {
@@ -246,10 +253,6 @@ class Service:
         self.scheduler.add_job(
             self.tick, IntervalTrigger(seconds=cfg.interval, start_date=self._first_tick()),
             id="tick", name="tick", executor="direct")
-        self.scheduler.add_job(
-            self.publish_live, IntervalTrigger(seconds=cfg.interval, start_date=self._first_tick()
-                                               + dt.timedelta(seconds=cfg.interval / 2)),
-            id="live", name="live state")
         # At the minute's first instant: a crash loses the minute in progress, not the one
         # before it as well (the recorder files a result under the minute it completed in).
         self.scheduler.add_job(self.flush, "cron", second=0, id="flush", name="minute flush")
@@ -258,14 +261,26 @@ class Service:
                  len(self.runners), cfg.interval, self.phase, cfg.database)
         self.notifier.ready(f"probing {', '.join(r.name for r in self.runners)}")
         deadline = None if self.duration is None else time.monotonic() + self.duration
-        beat = min(1.0, (self.notifier.watchdog_interval or 2.0) / 2)
-        while not self.stop_event.wait(beat):
+        beat = min(1.0, cfg.interval, (self.notifier.watchdog_interval or 2.0) / 2)
+        while not self.stop_event.wait(self._until_beat(beat)):
             self.notifier.watchdog()
             self._check_clock()
             self._watch_scheduler()
+            self._hand_live_state()
             if deadline is not None and time.monotonic() >= deadline:
                 break
         return self.shutdown()
+
+    def _until_beat(self, beat: float) -> float:
+        """Seconds to the next beat: every ``beat`` seconds, on the moments half an interval
+        after a tick (the live state's moments)."""
+        interval = self.config.interval
+        offset = (time.time() - self.phase - interval / 2) % interval
+        return beat - offset % beat or beat
+
+    def _hand_live_state(self) -> None:
+        if self._live_write is None or self._live_write.done():
+            self._live_write = self._live_writer.submit(self.publish_live)
 
     def _watch_scheduler(self) -> None:
         """A wall-clock step can leave the scheduler waiting for a time long gone or far off."""
@@ -298,14 +313,11 @@ class Service:
         self._reschedule()
 
     def _reschedule(self) -> None:
-        """Put the tick, live-state and flush jobs on the wall clock as it is now."""
+        """Put the tick and flush jobs on the wall clock as it is now."""
         first = self._first_tick()
         interval = self.config.interval
         self.scheduler.reschedule_job(
             "tick", trigger=IntervalTrigger(seconds=interval, start_date=first))
-        self.scheduler.reschedule_job(
-            "live", trigger=IntervalTrigger(
-                seconds=interval, start_date=first + dt.timedelta(seconds=interval / 2)))
         self.scheduler.reschedule_job("flush", trigger="cron", second=0)
 
     def shutdown(self) -> int:
@@ -324,7 +336,9 @@ class Service:
         ok = self.flush(everything=True)
         if self.alerts is not None:
             self.alerts.close(2.0)
-        self.publish_live(time.time())
+        self._live_writer.shutdown(wait=False)
+        if self._live_write is None or self._live_write.done():
+            self.publish_live(time.time())
         if self._store is not None:
             self._store.close()
         if self.metrics is not None:
