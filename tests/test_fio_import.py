@@ -169,6 +169,44 @@ def test_fast_parser_agrees_with_python_on_real_logs():
             assert (np.vstack(parts) == expected).all()
 
 
+def _write_blocks(path: Path, lines: list[str]) -> list[RawBlock]:
+    path.write_text("".join(line + "\n" for line in lines))
+    return _blocks(path, 1 << 20)
+
+
+def test_histogram_fields_of_every_length(tmp_path):
+    """Mostly one digit, as in a histogram log, and some of 2 to 16 digits anywhere."""
+    rng = np.random.default_rng(4)
+    columns = 32
+    digits = np.where(rng.random((300, columns)) < 0.8, 1, rng.integers(2, 17, (300, columns)))
+    numbers = [[int(rng.integers(10 ** (d - 1) if d > 1 else 0, 10**d)) for d in row]
+               for row in digits]
+    lines = [", ".join(map(str, row)) for row in numbers]
+    for raw in _write_blocks(tmp_path / "h.log", lines):
+        assert _fast(raw, columns).tolist() == numbers
+
+
+@pytest.mark.parametrize("bad", [
+    "0, , 2", "0,  1, 2", "0 , 1, 2", "0,1, 2, 3", "0, 1\t, 2", "0, +1, 2", "0, -1, 2",
+    "0, 1, 2, 3\n0, 1", "\n0, 1, 2", "0, 1, 2, ", "0, 12345678901234567, 2",
+    "0, 0000000000000000000000001, 2", "0, 0x10, 2", "0, 1e3, 2", "0, 1, 2\r",
+])
+def test_fast_parser_takes_only_fios_exact_form(tmp_path, bad):
+    """Anything else is left to the line-by-line parser, which reads it or names the line."""
+    good = "100, 0, 4096"
+    raw = _write_blocks(tmp_path / "h.log", [good, bad, good])[0]
+    assert _fast(raw, 3) is None
+    assert _fast(_write_blocks(tmp_path / "g.log", [good, good])[0], 3) is not None
+
+
+def test_block_size_does_not_change_the_sums():
+    sources = open_sources(HIST)
+    small, large = (
+        [row for done in merge(sources, IntervalSeries(sources), memory=memory) for row in done]
+        for memory in (1, 1 << 30))
+    assert small == large and len(small) > 10
+
+
 def test_numbers_of_every_length(tmp_path):
     """1 to 18 digits, fields of one line in different lengths, hexadecimal priorities."""
     rng = np.random.default_rng(3)

@@ -3,8 +3,18 @@
 A fio log is lines of comma-separated whole numbers, written by fio as ``"%d, %d, ..."``.
 Python's ``int()`` per field manages about a million fields a second, ``numpy.loadtxt`` a
 few million; a histogram log has 1859 fields a line and a day of latency logs hundreds of
-millions of lines. So a block of lines is parsed in a few vectorised passes instead, a
-quarter MiB at a time (it then stays in the core's cache from pass to pass):
+millions of lines. So a block of lines is parsed in a few vectorised passes instead, up to
+a MiB at a time (few numpy calls, and the piece stays in the core's L2 cache from pass to
+pass).
+
+Histogram logs (every field wanted, ``_every``): most fields are one digit. Counts of
+newlines, commas, spaces, ", " pairs and digits show that a block is digits, newlines and
+", " only; without the digits that follow a digit (few, found with one ``flatnonzero``)
+each line must then be ``3 * columns - 1`` bytes, one-digit fields joined by ", ", which
+holds only if every line has exactly ``columns`` fields and none is empty. The first digit
+of every field is then one strided copy; the fields of several digits are read as below.
+
+Latency logs (a few wanted columns, ``_fast``):
 
 1. one ``flatnonzero`` finds the separators (bytes below ``"0"`` other than space); there
    must be ``columns`` per line, of them as many newlines as lines, each line's last one a
@@ -19,7 +29,7 @@ quarter MiB at a time (it then stays in the core's cache from pass to pass):
 
 A block that fails any check is parsed again line by line in Python, which accepts any
 spacing and blank lines and otherwise names the first bad line and field. Only that slow
-path raises errors, so the fast path may be strict.
+path raises errors, so the fast paths may be strict.
 """
 
 from __future__ import annotations
@@ -27,6 +37,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,7 +50,7 @@ from .layout import HEADER_COLUMNS, Layout
 
 DIRECTIONS = ("read", "write", "trim")  # fio's ddir 0, 1, 2 (io_ddir_name)
 MAX_DIGITS = 16  # fast path; the slow path reads up to 18 digits (int64)
-SUB_BLOCK = 256 << 10  # bytes parsed at a time: small enough to stay in a core's cache
+SUB_BLOCK = 1 << 20  # bytes parsed at a time: few numpy calls, and in a core's L2 cache
 
 _PAD = 16  # zero bytes before a block, so that a 16-byte load before any field is in range
 _NUMBER = re.compile(rb"\d{1,18}")
@@ -105,6 +116,24 @@ class Buffers:
     def give(self, buffer: bytes | bytearray) -> None:
         if isinstance(buffer, bytearray):
             self._free.append(buffer)
+
+
+class Scratch(threading.local):
+    """Arrays a parser thread reuses from block to block (for the same reason as Buffers),
+    by name; one name, one dtype. An array is valid until the thread's next request of it."""
+
+    def __init__(self) -> None:
+        self._arrays: dict[str, np.ndarray] = {}
+
+    def get(self, name: str, size: int, dtype: type) -> np.ndarray:
+        array = self._arrays.get(name)
+        if array is None or array.size < size:
+            array = np.empty(-(-size // Buffers.GRAIN) * Buffers.GRAIN, dtype=dtype)
+            self._arrays[name] = array
+        return array[:size]
+
+
+SCRATCH = Scratch()
 
 
 class TextBlocks:
@@ -234,6 +263,85 @@ def _numbers(u: np.ndarray, words_at: np.ndarray, ends: np.ndarray, lengths: np.
     return True
 
 
+def _count(values: np.ndarray, value: int, test: np.ndarray) -> int:
+    """How many of ``values`` equal ``value`` (``test``: room for as many booleans)."""
+    return int(np.count_nonzero(np.equal(values, value, out=test[:values.size])))
+
+
+def _pairs(raw: RawBlock) -> int:
+    """How many ", " the block holds: two bytes at a time, at even and at odd offsets."""
+    comma_space = 0x202C  # "," then " ", as a little-endian 16-bit word
+    test = SCRATCH.get("pairs", raw.size // 2, np.bool_)
+    even = np.frombuffer(raw.buffer, dtype="<u2", count=raw.size // 2, offset=raw.start)
+    odd = np.frombuffer(raw.buffer, dtype="<u2", count=(raw.size - 1) // 2,
+                        offset=raw.start + 1)
+    return _count(even, comma_space, test) + _count(odd, comma_space, test)
+
+
+def _runs(positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Index of the first and of the last position of each run of consecutive positions."""
+    breaks = np.flatnonzero(np.diff(positions) != 1)
+    first = np.empty(breaks.size + 1, dtype=np.int64)
+    first[0] = 0
+    first[1:] = breaks + 1
+    last = np.empty_like(first)
+    last[:-1] = breaks
+    last[-1] = positions.size - 1
+    return first, last
+
+
+def _every(raw: RawBlock, columns: int, out: np.ndarray) -> int | None:
+    """Every field of lines in fio's exact form into the flat ``out``: the number of lines,
+    or None.
+
+    Most fields of a histogram log are one digit. Without the digits that follow a digit
+    (few), every line is ``columns`` one-digit fields joined by ", ", one byte in three a
+    field, read with one strided copy; the longer numbers are then read on their own.
+    """
+    size = raw.size
+    body = np.frombuffer(raw.buffer, dtype=np.uint8, count=size, offset=raw.start)
+    if body.max() > 57:
+        return None  # letters: not fio's decimal form
+    test = SCRATCH.get("test", size, np.bool_)
+    ends = np.flatnonzero(np.equal(body, 10, out=test))
+    ends += 1  # line ends (exclusive)
+    n = ends.size
+    commas = n * (columns - 1)
+    digit = np.greater_equal(body, 48, out=SCRATCH.get("digit", size, np.bool_))
+    if n == 0 or _count(body, 44, test) != commas or _count(body, 32, test) != commas \
+            or _pairs(raw) != commas or np.count_nonzero(digit) + 2 * commas + n != size:
+        return None
+    # Bytes are digits, newlines and ", "; each space follows a comma.
+    more = np.flatnonzero(np.logical_and(digit[1:], digit[:-1], out=test[1:]))
+    more += 1  # digits that follow a digit
+    # Without them a line of k one-digit fields is 3k - 1 bytes, its newline included. Every
+    # line of 3 * columns - 1 such bytes and n * (columns - 1) commas in all leave no room
+    # for an empty field, nor for a line of other than ``columns`` fields.
+    width = 3 * columns - 1
+    lengths = np.diff(ends, prepend=0) - np.diff(np.searchsorted(more, ends), prepend=0)
+    if (lengths != width).any():
+        return None
+    keep = test
+    keep.fill(True)
+    keep[more] = False
+    short = body[keep]  # the first digit of every field (numpy's compress is slower)
+    short -= np.uint8(48)
+    flat = out[:n * columns]
+    np.copyto(flat.reshape(n, columns), short.reshape(n, width)[:, ::3])
+    if more.size:
+        first, last = _runs(more)  # a run of k is a field of k + 1 digits
+        digits = last - first + 2
+        if digits.max() > MAX_DIGITS:
+            return None
+        words_at = np.ndarray((size + _PAD - 7,), dtype="<u8", buffer=raw.buffer,
+                              offset=raw.start - _PAD, strides=(1,))
+        value = _words(words_at, more[last] + (1 + _PAD), digits, False)
+        at = more[first] - first - 1  # the field's first digit, short of the later ones
+        line = at // width
+        flat[line * columns + (at - line * width) // 3] = value
+    return n
+
+
 def _fast(raw: RawBlock, columns: int, wanted: Sequence[int] | None,
           out: np.ndarray) -> int | None:
     """Parse the lines of ``raw`` into ``out``, or None when they are not in fio's exact form.
@@ -242,6 +350,8 @@ def _fast(raw: RawBlock, columns: int, wanted: Sequence[int] | None,
     (one per wanted column). ``out`` has room for any number of lines the bytes can hold.
     Returns the number of lines.
     """
+    if wanted is None:
+        return _every(raw, columns, out)
     base = raw.start - _PAD
     size = raw.size + _PAD
     u = np.frombuffer(raw.buffer, dtype=np.uint8, count=size, offset=base)
@@ -270,16 +380,6 @@ def _fast(raw: RawBlock, columns: int, wanted: Sequence[int] | None,
     check = bool(body.max() > 57)
     words_at = np.ndarray((size - 7,), dtype="<u8", buffer=raw.buffer, offset=base,
                           strides=(1,))
-    if wanted is None:  # every field: each ends at a separator, two bytes after the previous
-        lengths = np.empty_like(separators)
-        np.subtract(separators[1:], separators[:-1], out=lengths[1:])
-        lengths[0] = separators[0] - _PAD + 1
-        lengths -= 2
-        lengths[::columns] += 1  # a line's first field follows the newline, not ", "
-        if lengths.min() < 1 or lengths.max() > MAX_DIGITS:
-            return None
-        ok = _numbers(u, words_at, separators, lengths, check, out[:separators.size])
-        return n if ok else None
     per_line = per_line[:, :-1]
     starts = np.empty(n, dtype=np.int64)
     starts[0] = _PAD
@@ -323,24 +423,30 @@ def _slow(data: bytes, columns: int, wanted: Sequence[int] | None,
 
 
 def parse_block(raw: RawBlock, columns: int, wanted: Sequence[int] | None,
-                field_name: Callable[[int], str]) -> tuple[np.ndarray, np.ndarray | None]:
+                field_name: Callable[[int], str], scratch: bool = False
+                ) -> tuple[np.ndarray, np.ndarray | None]:
     """The numbers of every line of a block: with ``wanted`` None a (lines, columns) matrix,
     else a (len(wanted), lines) matrix of the wanted columns.
 
     The second item is each row's 0-based line offset in the block when blank lines were
-    skipped, else None (row i is line i). Raises BlockError for a bad line.
+    skipped, else None (row i is line i). Raises BlockError for a bad line. With
+    ``scratch`` (and ``wanted`` None) the matrix is the thread's SCRATCH memory, for a
+    caller done with it before the thread's next parse.
     """
     # At most one line per 3 * columns - 1 bytes (one digit a field, ", " between them);
     # pages of the output never written to are never touched.
     most = raw.size // (3 * columns - 1) + 1
     if wanted is None:
-        out = np.empty(most * columns, dtype=np.int64)
+        out = SCRATCH.get("lines", most * columns, np.int64) if scratch else \
+            np.empty(most * columns, dtype=np.int64)
     else:
         out = np.empty((len(wanted), most), dtype=np.int64)
     lines = 0
     start = raw.start
+    pieces = -(-raw.size // SUB_BLOCK)
+    step = -(-raw.size // pieces)  # pieces of one size: none is left tiny
     while start < raw.end:  # pieces that stay in the CPU's cache through all passes
-        end = min(start + SUB_BLOCK, raw.end)
+        end = min(start + step, raw.end)
         if end < raw.end:
             end = raw.buffer.rfind(b"\n", start, end) + 1 or raw.end
         piece = RawBlock(raw.buffer, start, end, raw.index)
@@ -426,11 +532,15 @@ class HistLog:
         return ("time", "direction", "block size")[j] if j < HEADER_COLUMNS else \
             f"bin {j - HEADER_COLUMNS}"
 
-    def parse(self, raw: RawBlock) -> Block:
-        """Parse a block (runs in a worker thread); raises BlockError."""
-        values, rows = parse_block(raw, self.columns, None, self.field_name)
+    def parse(self, raw: RawBlock, scratch: bool = False) -> Block:
+        """Parse a block (runs in a worker thread); raises BlockError. With ``scratch`` the
+        counts are valid until the thread's next parse (see parse_block)."""
+        values, rows = parse_block(raw, self.columns, None, self.field_name, scratch)
         ddir = values[:, 1]
         check_directions(ddir, rows)
+        if scratch:
+            return Block(values[:, 0].copy(), ddir.copy(), counts=values[:, HEADER_COLUMNS:],
+                         rows=rows)
         return Block(values[:, 0], ddir, counts=values[:, HEADER_COLUMNS:], rows=rows)
 
 

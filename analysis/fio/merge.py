@@ -1,11 +1,12 @@
 """Many fio logs into one series of intervals: lockstep reading, weighting, offsets, percentiles.
 
-Files are read in blocks on a thread pool (numpy releases the GIL while it parses) and
-merged in time lockstep: the file that is furthest behind is read next, and an interval is
-complete once every file has passed its end. Memory therefore stays bounded by a few blocks
-per file plus the intervals still open, however long the run. A file must be in time order,
-as fio writes it (disorder among intervals still open does no harm); a line that falls into
-an interval already complete is an error.
+Files are read in blocks, parsed on a thread pool (numpy releases the GIL while it parses;
+a histogram block is summed per interval there too, while it is in that core's cache, and
+only the sums are kept) and merged in time lockstep: the file that is furthest behind is
+read next, and an interval is complete once every file has passed its end. Memory therefore
+stays bounded by a few blocks per file plus the intervals still open, however long the run.
+A file must be in time order, as fio writes it (disorder among intervals still open does no
+harm); a line that falls into an interval already complete is an error.
 
 Times are put on one timeline first: ``timeline = time_ms + offset_ms + host offset``, where
 a host offset corrects for hosts whose fio did not start together.
@@ -303,6 +304,10 @@ def _intervals(times: np.ndarray, span: int, ordered: bool
     return None, keys, np.append(bounds[full], times.size)
 
 
+def _timeline(source: Source, block: Block) -> np.ndarray:
+    return block.times + source.offset_ms if source.offset_ms else block.times
+
+
 def _take(array: np.ndarray, order: np.ndarray | None) -> np.ndarray:
     return array if order is None else array[order]
 
@@ -318,6 +323,7 @@ class _Consumer:
 
     span: int
     lookback: float = 0.0  # ms a line reaches back before its own time
+    reduces: bool = False  # prepare() sums histogram blocks: their lines need not be kept
     done_before: int  # first interval not yet handed out
 
     def _late(self, block: Block, times: np.ndarray, reach: float = 0.0) -> None:
@@ -331,6 +337,10 @@ class _Consumer:
                 f"time {int(block.times[row])} ms falls before {self.done_before * self.span}"
                 " ms on the common timeline, which every file has passed: a log must be in "
                 "time order (logs of several jobs in one file, fio's per_job_logs=0, are not)")
+
+    def prepare(self, source: Source, block: Block) -> Any:
+        """What of a block can be worked out before its turn (in a parser thread): None."""
+        return None
 
     def complete_before(self, watermark: float) -> int:
         """First interval that a line at or after ``watermark`` can still reach."""
@@ -358,6 +368,7 @@ class IntervalSeries(_Consumer):
         self.percents = list(percents)
         self.layout = common_layout(sources)
         self.histogram = self.layout is not None
+        self.reduces = self.histogram
         if weighted and not self.histogram:
             raise ValueError("the weighting applies to histogram logs (a latency log has the "
                              "time of every sample)")
@@ -380,36 +391,48 @@ class IntervalSeries(_Consumer):
                 if rows.size:
                     yield letter, rows
 
-    def add(self, source: Source, block: Block) -> None:
-        times = block.times + source.offset_ms if source.offset_ms else block.times
-        if self.histogram:
-            counts = block.counts
-            if source.log.layout != self.layout:
-                counts = source.log.layout.coarsen(
-                    counts, self.layout.coarseness)
-            if self.weighted:
-                self._add_weighted(block, times, counts)
-            else:
-                self._add_end(block, times, counts)
-        else:
-            self._add_latencies(block, times)
+    def prepare(self, source: Source, block: Block) -> list | None:
+        """A histogram block's bins summed per interval and direction, while its lines are
+        still in the cache of the parser thread's core: ``[(letter, intervals, sums)]``."""
+        if not self.histogram:
+            return None
+        times = _timeline(source, block)
+        counts = block.counts
+        if source.log.layout != self.layout:
+            counts = source.log.layout.coarsen(counts, self.layout.coarseness)
+        if self.weighted:
+            return self._weighted_sums(block, times, counts)
+        return self._end_sums(block, times, counts)
 
-    def _add_end(self, block: Block, times: np.ndarray, counts: np.ndarray) -> None:
-        self._late(block, times)
-        for letter, rows in self._selections(block.ddir):
-            tt = times if rows is None else times[rows]
-            cc = counts if rows is None else counts[rows]
-            order, keys, bounds = _intervals(tt, self.span, block.ordered)
-            for key, total in zip(keys, _sums(cc, order, bounds)):
+    def add(self, source: Source, block: Block, prepared: list | None = None) -> None:
+        """Count a block in its intervals; ``prepared`` is what ``prepare`` returned."""
+        times = _timeline(source, block)
+        if not self.histogram:
+            self._add_latencies(block, times)
+            return
+        self._late(block, times, self.lookback)
+        if prepared is None:
+            prepared = self.prepare(source, block)
+        for letter, keys, sums in prepared:
+            for key, total in zip(keys, sums):
                 slot = self.open.setdefault(key, {})
                 if letter in slot:
                     slot[letter] += total
                 else:
                     slot[letter] = total
 
-    def _add_weighted(self, block: Block, times: np.ndarray, counts: np.ndarray) -> None:
+    def _end_sums(self, block: Block, times: np.ndarray, counts: np.ndarray) -> list:
+        sums = []
+        for letter, rows in self._selections(block.ddir):
+            tt = times if rows is None else times[rows]
+            cc = counts if rows is None else counts[rows]
+            order, keys, bounds = _intervals(tt, self.span, block.ordered)
+            sums.append((letter, keys, _sums(cc, order, bounds)))
+        return sums
+
+    def _weighted_sums(self, block: Block, times: np.ndarray, counts: np.ndarray) -> list:
         span = self.span
-        self._late(block, times, self.lookback)
+        sums = []
         for letter, rows in self._selections(block.ddir):
             cc = counts if rows is None else counts[rows]
             tt = times if rows is None else times[rows]
@@ -433,13 +456,10 @@ class IntervalSeries(_Consumer):
             share = _take(share[keep], order)
             bins = _take(bin_[entry[keep]], order)
             nbins = cc.shape[1]
-            for key, a, b in zip(keys, bounds[:-1], bounds[1:]):
-                total = np.bincount(bins[a:b], weights=share[a:b], minlength=nbins)
-                slot = self.open.setdefault(key, {})
-                if letter in slot:
-                    slot[letter] += total
-                else:
-                    slot[letter] = total
+            sums.append((letter, keys, [
+                np.bincount(bins[a:b], weights=share[a:b], minlength=nbins)
+                for a, b in zip(bounds[:-1], bounds[1:])]))
+        return sums
 
     def _add_latencies(self, block: Block, times: np.ndarray) -> None:
         self._late(block, times)
@@ -518,7 +538,7 @@ class MinuteRecords(_Consumer):
         else:
             self.unit_seconds = sources[0].log.unit_seconds
 
-    def add(self, source: Source, block: Block) -> None:
+    def add(self, source: Source, block: Block, prepared: None = None) -> None:
         times = block.times + source.offset_ms + self.start_ms
         self._late(block, times)
         host = self.host(source)
@@ -603,20 +623,31 @@ def merge(sources: Sequence[Source], consumer: IntervalSeries | MinuteRecords, *
     workers = workers or min(os.cpu_count() or 1, 8)
     # Blocks read ahead per file: with many files the others keep the threads busy.
     depth = 2 if len(sources) < 2 * workers else 1
-    # Per file: depth + 1 buffers of text and as many blocks parsed (up to 3 times larger).
-    block_bytes = int(min(max(memory // (len(sources) * (depth + 1) * 4), 64 << 10), 4 << 20))
+    # Per file: depth + 1 buffers of text and as many blocks parsed (up to 3 times larger),
+    # unless the consumer sums the blocks in the parser threads; there each thread's block
+    # and its passes take up to 6 times its text.
+    held = len(sources) * (depth + 1) * (1 if consumer.reduces else 4) + 6 * workers
+    block_bytes = int(min(max(memory // held, 64 << 10), 4 << 20))
     buffers = Buffers()
     streams = [_Stream(s, TextBlocks(s.path, block_bytes, buffers)) for s in sources]
     pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="fio-parse")
     if isinstance(consumer, IntervalSeries):
         consumer.pool = pool
 
+    def work(source: Source, raw: RawBlock) -> tuple[Block, Any]:
+        if not consumer.reduces:
+            return source.log.parse(raw), None
+        block = source.log.parse(raw, scratch=True)
+        prepared = consumer.prepare(source, block)
+        block.counts = None  # the thread's scratch memory, which its next parse reuses
+        return block, prepared
+
     def refill(stream: _Stream) -> None:
         while len(stream.pending) < depth:
             raw = stream.text.read()
             if raw is None:
                 return
-            future: Future = pool.submit(stream.source.log.parse, raw)
+            future: Future = pool.submit(work, stream.source, raw)
             stream.pending.append((raw, future))
 
     try:
@@ -627,13 +658,13 @@ def merge(sources: Sequence[Source], consumer: IntervalSeries | MinuteRecords, *
             stream = min(active, key=lambda s: s.watermark)
             raw, future = stream.pending.popleft()
             try:
-                block = future.result()
+                block, prepared = future.result()
             except BlockError as exc:
                 raise _error(stream, raw, exc) from None
             refill(stream)
             if len(block):
                 try:
-                    consumer.add(stream.source, block)
+                    consumer.add(stream.source, block, prepared)
                 except BlockError as exc:
                     raise _error(stream, raw, exc) from None
                 last = block.last + stream.source.offset_ms
