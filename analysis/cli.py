@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 import functools
+import os
 import sqlite3
 import sys
 import time
@@ -31,6 +32,10 @@ from .slowdown import TargetSlowdown, accurate_window, target_slowdowns
 from .store import Store, StoreError
 from .units import format_duration, format_latency
 from .views import clean, dump_json, fmt_ratio, table
+
+# No command calls a BLAS routine, yet numpy's bundled OpenBLAS starts a thread per core when
+# it is imported: CPU for nothing, and on a small node in the way of import-fio's parsers.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 # -- the group and the uptime-like default ----------------------------------------------------
 

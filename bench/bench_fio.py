@@ -19,8 +19,10 @@ Run from the repository root with the package importable (installed, or on PYTHO
    percentiles, CSV to a file.
 
 Each tool runs as a fresh process (interpreter start and imports included, as a user sees
-it): wall time, CPU time (user + system) and peak resident memory from ``wait4``. A figure is
-the median over ``--runs``; the load average before each benchmark is printed, since a
+it; import-fio through the ``slowdown`` command's entry point, its modules' bytecode cached
+as an installed package's is, in ``DIR/pycache``): wall time, CPU time (user + system) and
+peak resident memory from ``wait4``. A figure is the median over ``--runs``, after one
+untimed run of each command; the load average before each benchmark is printed, since a
 shared machine's other work shows in wall times.
 """
 
@@ -46,7 +48,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLES = ROOT.parent / "shared" / "data" / "fio"
 FIOLOGPARSER = Path("/usr/share/doc/fio/fiologparser_hist.py.gz")
-IMPORT_FIO = "from slowdown.analysis.fio.cli import import_fio; import_fio()"
+SLOWDOWN = "import sys; from slowdown.analysis.cli import main; sys.exit(main())"
 LAT_GOAL_S = 3.0
 RATIO_GOAL = 10.0
 
@@ -58,12 +60,15 @@ class Run:
     rss_mib: float
 
 
+ENV = dict(os.environ)  # run() points PYTHONPYCACHEPREFIX into its directory
+
+
 def measure(argv: list[str], stdout: Path | None = None) -> Run:
     """One process: wall time, user + system CPU and peak RSS (from wait4)."""
     with tempfile.TemporaryFile() as errors, \
             open(stdout or os.devnull, "wb") as out:
         start = time.perf_counter()
-        process = subprocess.Popen(argv, stdout=out, stderr=errors)
+        process = subprocess.Popen(argv, stdout=out, stderr=errors, env=ENV)
         _, status, usage = os.wait4(process.pid, 0)
         wall = time.perf_counter() - start
         process.returncode = os.waitstatus_to_exitcode(status)
@@ -74,6 +79,7 @@ def measure(argv: list[str], stdout: Path | None = None) -> Run:
 
 
 def median_run(argv: list[str], runs: int, stdout: Path | None = None) -> Run:
+    measure(argv, stdout)  # untimed: bytecode written, files in the page cache
     results = [measure(argv, stdout) for _ in range(runs)]
     return Run(statistics.median(r.wall for r in results),
                statistics.median(r.cpu for r in results),
@@ -81,7 +87,7 @@ def median_run(argv: list[str], runs: int, stdout: Path | None = None) -> Run:
 
 
 def ours(*args: object) -> list[str]:
-    return [sys.executable, "-c", IMPORT_FIO, "--no-progress", *map(str, args)]
+    return [sys.executable, "-c", SLOWDOWN, "import-fio", "--no-progress", *map(str, args)]
 
 
 def load() -> str:
@@ -214,11 +220,25 @@ def bench_latencies(work: Path, runs: int, total: int, files: int, iops: int,
 
 # -- report --------------------------------------------------------------------------------------
 
-def report(histograms: list[dict], latencies: dict | None, runs: int) -> str:
+def start_floors(runs: int) -> dict[str, Run]:
+    """What each tool spends before it reads a line: the interpreter and its imports."""
+    return {
+        "import-fio": median_run([sys.executable, "-c", "import slowdown.analysis.cli, "
+                                  "slowdown.analysis.fio.cli, numpy"], runs),
+        "fiologparser_hist.py": median_run([sys.executable, "-c", "import pandas, numpy"],
+                                           runs),
+    }
+
+
+def report(histograms: list[dict], latencies: dict | None, runs: int,
+           floors: dict[str, Run]) -> str:
     lines = [
         f"Machine: {platform.machine()}, {os.cpu_count()} CPUs, Python "
         f"{platform.python_version()}, numpy {np.__version__}; median of {runs} runs, each a "
         "fresh process (start and imports included).",
+        "",
+        "Start-up alone (interpreter and imports, no input): " + ", ".join(
+            f"{tool} {run.wall:.3f} s" for tool, run in floors.items()) + ".",
         "",
         "| logs | mode | files | MiB | import-fio | fiologparser_hist.py | ratio (wall) | "
         "ratio (CPU) | goal | met? | load |",
@@ -269,11 +289,13 @@ def main(argv: list[str] | None = None) -> None:
         args.runs, args.hosts, args.weighted_hosts, args.lat_lines = 1, 2, 1, 400_000
     work = args.dir or Path(tempfile.mkdtemp(prefix="bench-fio-"))
     work.mkdir(parents=True, exist_ok=True)
+    ENV.pop("PYTHONDONTWRITEBYTECODE", None)
+    ENV["PYTHONPYCACHEPREFIX"] = str(work / "pycache")
     try:
         histograms = bench_histograms(work, args.runs, args.hosts, args.weighted_hosts)
         latencies = None if args.skip_latency else bench_latencies(
             work, args.runs, args.lat_lines, args.lat_files, args.iops, args.lat_source)
-        print(report(histograms, latencies, args.runs))
+        print(report(histograms, latencies, args.runs, start_floors(max(args.runs, 5))))
     finally:
         if args.dir is None:
             shutil.rmtree(work, ignore_errors=True)
