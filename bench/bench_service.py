@@ -126,6 +126,11 @@ class ProcStats:
     uss: int | None = None
     threads: int = 0
     thread_cpu: list = field(default_factory=list)  # [tid, user s, sys s], creation order
+    # Per thread, tid -> [user + sys s, voluntary switches]: at the first steady sample, at
+    # the last, and the times of both (seconds since start).
+    steady_from: dict = field(default_factory=dict)
+    steady_to: dict = field(default_factory=dict)
+    steady_span: list = field(default_factory=list)
 
 
 @dataclass
@@ -137,10 +142,10 @@ class Samples:
     procs: dict[int, ProcStats] = field(default_factory=dict)
 
 
-def voluntary_switches(pids: list[int]) -> int:
-    """Voluntary context switches of every thread of ``pids``: how often they went to sleep,
-    and so how often they were woken."""
-    total = 0
+def voluntary_switches(pids: list[int]) -> dict[int, int]:
+    """Voluntary context switches of every thread of ``pids``, by thread id: how often each
+    went to sleep, and so how often it was woken."""
+    total: dict[int, int] = {}
     for pid in pids:
         try:
             tids = os.listdir(f"/proc/{pid}/task")
@@ -151,7 +156,7 @@ def voluntary_switches(pids: list[int]) -> int:
                 with open(f"/proc/{pid}/task/{tid}/status") as f:
                     for line in f:
                         if line.startswith("voluntary_ctxt_switches:"):
-                            total += int(line.split()[1])
+                            total[int(tid)] = int(line.split()[1])
                             break
             except OSError:
                 continue
@@ -165,8 +170,8 @@ def role_of(proc: psutil.Process, service_pid: int, names: dict[str, str]) -> st
         cmd = proc.cmdline()
     except psutil.Error:
         return "child"
-    if "slowdown.probe.worker" in cmd and cmd:
-        workspace = cmd[-1]
+    if "slowdown.probe.worker" in cmd[:-1]:
+        workspace = cmd[cmd.index("slowdown.probe.worker") + 1]
         for path, name in names.items():
             if workspace.startswith(path):
                 return f"worker {name}"
@@ -175,11 +180,12 @@ def role_of(proc: psutil.Process, service_pid: int, names: dict[str, str]) -> st
 
 
 def sample(service: psutil.Process, t: float, samples: Samples, names: dict[str, str],
-           full: bool) -> None:
+           full: bool, steady: bool) -> None:
     try:
         procs = [service, *service.children(recursive=True)]
     except psutil.Error:
         return
+    switches = voluntary_switches([p.pid for p in procs])
     rss_sum = 0
     cpu_sum = 0.0
     for p in procs:
@@ -201,12 +207,17 @@ def sample(service: psutil.Process, t: float, samples: Samples, names: dict[str,
         stats.rss_max = max(stats.rss_max, mem.rss)
         stats.threads = len(threads)
         stats.thread_cpu = sorted([t.id, t.user_time, t.system_time] for t in threads)
+        if steady:
+            now = {tid: [u + s, switches.get(tid, 0)] for tid, u, s in stats.thread_cpu}
+            if not stats.steady_from:
+                stats.steady_from, stats.steady_span = now, [t, t]
+            stats.steady_to, stats.steady_span[1] = now, t
         rss_sum += mem.rss
         cpu_sum += cpu.user + cpu.system + cpu.children_user + cpu.children_system
     samples.times.append(t)
     samples.rss_sum.append(rss_sum)
     samples.cpu_sum.append(cpu_sum)
-    samples.wakeups.append(voluntary_switches([p.pid for p in procs]))
+    samples.wakeups.append(sum(switches.values()))
 
 
 def db_summary(database: Path) -> dict[str, Any]:
@@ -260,7 +271,7 @@ def run_once(config: Path, database: Path, log: Path, duration: float, warmup: f
             full = t >= next_full
             if full:
                 next_full = t + full_every
-            sample(service, t, samples, names, full)
+            sample(service, t, samples, names, full, t >= warmup)
             wake += 1
             while wake < time.time():
                 wake += 1
@@ -374,6 +385,18 @@ def breakdown(run: dict[str, Any]) -> str:
     if service and service["thread_cpu"]:
         shown = ", ".join(f"{u + s:.2f} s" for _, u, s in service["thread_cpu"])
         out.append(f"\nservice threads in order of creation (main first), user+sys: {shown}")
+    out.append("\nsteady state, per thread in order of creation (% of one core, wake-ups/s):")
+    for p in sorted(run["procs"].values(), key=lambda p: p["role"]):
+        first, last = p.get("steady_from") or {}, p.get("steady_to") or {}
+        start, end = p.get("steady_span") or (0.0, 0.0)
+        span = end - start
+        if span <= 0:
+            continue
+        shown = ", ".join(
+            f"{(last[tid][0] - first[tid][0]) / span * 100:.3f} % "
+            f"({(last[tid][1] - first[tid][1]) / span:.1f}/s)"
+            for tid in sorted(last, key=int) if tid in first)
+        out.append(f"- {p['role']}: {shown}")
     return "\n".join(out)
 
 

@@ -115,6 +115,9 @@ def test_bench_service_quick_measures_the_service(tmp_path):
     goals = [r for r in rows if "<= " in r]
     assert len(goals) == 4
     assert all(r.rstrip(" |").endswith(("yes", "**NO**")) for r in goals)
+    # where the steady CPU goes: every thread of the service (main, scheduler, readers, ...)
+    (threads,) = [line for line in done.stdout.splitlines() if line.startswith("- service: ")]
+    assert len(re.findall(r"\d+\.\d{3} % \(\d+\.\d/s\)", threads)) >= 4, threads
     (run,) = json.loads(raw.read_text())["runs"]
     assert run["returncode"] == 0
     assert run["delay"]["ticks"] >= 6
