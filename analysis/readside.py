@@ -124,12 +124,19 @@ class Reader:
         return stuck
 
 
-def read_live(database: Path) -> dict | None:
+def read_live(database: Path, tries: int = 5) -> dict | None:
+    """The live state the service publishes beside ``database``, or None. The service
+    overwrites it in place once a second: a read that meets a write half done reads again."""
     path = database.with_name(database.name + ".live.json")
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
+    for attempt in range(tries):
+        try:
+            return json.loads(path.read_bytes())
+        except OSError:
+            return None
+        except ValueError:
+            if attempt + 1 < tries:
+                time.sleep(0.01)
+    return None
 
 
 def read_options(func: Callable) -> Callable:

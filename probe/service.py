@@ -84,6 +84,8 @@ class Service:
         self._last_rollup_hour: int | None = None
         self._live_writer = futures.ThreadPoolExecutor(1, thread_name_prefix="live-state")
         self._live_write: futures.Future | None = None
+        self._live_fd: int | None = None  # the live file, open for writing in place
+        self._live_size = 0
         self.alerts: ServiceAlerts | None = None  # rules evaluated after each minute flush
         self.metrics = None  # the Prometheus endpoint, only when configured
         if config.metrics is not None:
@@ -218,12 +220,36 @@ class Service:
                 for r in self.runners
             },
         }
-        tmp = self.live_file.with_name(self.live_file.name + ".tmp")
         try:
-            tmp.write_text(json.dumps(state))
-            os.replace(tmp, self.live_file)
+            self._write_live(json.dumps(state).encode())
         except OSError as exc:
             log.debug("cannot publish the live state: %s", exc)
+            self._close_live()  # opened again next time: the volume may come back
+
+    def _write_live(self, data: bytes) -> None:
+        """Overwrite the live file in place, in one write.
+
+        A new file renamed over the old one every second made ext4 allocate and write a new
+        block each time (a disk write a second, for ever); in place, the page is written back
+        with the rest. The text is padded with spaces to whole KiB and never shrinks, so no
+        tail of a longer earlier state is left behind it; a reader that meets a write half
+        done reads again (``readside.read_live``).
+        """
+        if self._live_fd is None:
+            self._live_fd = os.open(self.live_file, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW
+                                    | os.O_CLOEXEC, 0o666)
+            os.ftruncate(self._live_fd, 0)
+            self._live_size = 0
+        self._live_size = max(self._live_size, -(-len(data) // 1024) * 1024)
+        os.pwrite(self._live_fd, data.ljust(self._live_size), 0)
+
+    def _close_live(self) -> None:
+        fd, self._live_fd = self._live_fd, None
+        if fd is not None:
+            try:
+                os.close(fd)
+            except OSError as exc:
+                log.debug("closing the live file: %s", exc)
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -339,6 +365,7 @@ class Service:
         self._live_writer.shutdown(wait=False)
         if self._live_write is None or self._live_write.done():
             self.publish_live(time.time())
+            self._close_live()
         if self._store is not None:
             self._store.close()
         if self.metrics is not None:

@@ -94,7 +94,13 @@ def stop_service(proc: subprocess.Popen, timeout: float = 15) -> tuple[float, st
 
 
 def live(database: Path) -> dict:
+    """The live state; the service rewrites it in place, so a torn read is read again."""
     path = database.with_name(database.name + ".live.json")
+    for _ in range(20):
+        try:
+            return json.loads(path.read_text())
+        except ValueError:
+            time.sleep(0.01)
     return json.loads(path.read_text())
 
 

@@ -203,3 +203,32 @@ def test_eio_and_enospc_are_counted_as_errors_and_the_service_keeps_running(tmp_
         assert errors[op] >= 2, (op, errors)
     assert all(counts[op] > 0 for op in OPS), counts
     assert "EIO" in err and "ENOSPC" in err
+
+
+@pytest.mark.timeout(120)
+def test_the_live_state_is_rewritten_in_place_every_second(tmp_path):
+    """One file, overwritten in place (no new file renamed over it each second), padded to
+    whole KiB, fresh, and read whole every time by the read side's reader."""
+    from slowdown.analysis.readside import read_live
+
+    config, database = prepared(tmp_path, [TargetSpec("one", tmp_path / "one")])
+    path = database.with_name(database.name + ".live.json")
+    proc = start_service(config, "--duration", "9s")
+    try:
+        wait_for(path.exists, 15, what="the live state")
+        inodes, ticks = set(), []
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            inodes.add(path.stat().st_ino)
+            assert path.stat().st_size % 1024 == 0
+            state = read_live(database)
+            assert state is not None and state["pid"] == proc.pid
+            assert abs(state["updated"] - time.time()) < 2.0
+            ticks.append(state["targets"]["one"]["ticks"])
+            time.sleep(0.05)
+    finally:
+        err = wait_service(proc, 30)
+    assert proc.returncode == 0, err
+    assert len(inodes) == 1, inodes
+    assert ticks == sorted(ticks) and ticks[-1] - ticks[0] >= 3, ticks
+    assert not list(path.parent.glob("*.tmp"))
