@@ -190,7 +190,7 @@ class Service:
         return {"ticks": len(delays), "p50": at(0.5), "p99": at(0.99), "max": delays[-1]}
 
     def publish_live(self, now: float | None = None) -> None:
-        """The live state, for ``slowdown watch``: replaced atomically, at most a second old.
+        """The live state, for ``slowdown watch``: rewritten in place, at most a second old.
 
         Written half an interval after each tick, on a thread of its own: a slow volume under
         the live file never delays a tick nor the watchdog, and what it shows in flight has

@@ -17,8 +17,8 @@ stdout, one line per finished op, in the fixed order of ``OPS``, and one at the 
 run's lines are held and written together when it ends: one wake-up of the service's reader
 thread per tick, not seven. A run that lasts longer than ``HOLD_ANSWERS`` seconds writes what
 it holds and then each line as its op returns, so that after a hang the service learns of
-the result when the op returns. Which op is in flight and since when, the worker
-keeps in a page shared with the service (``progress.py``), updated after every op.
+the result when the op returns. Which op is in flight and since when, the worker keeps in a
+page shared with the service (``progress.py``), updated after every op.
 
 End of stdin ends the worker. SIGUSR1 says the service has abandoned this worker (it was
 stuck and another took over): the op in flight is still reported when it returns, the rest
@@ -117,6 +117,8 @@ class Probes:
                     message = {"tick": tick, "op": op, **_error(exc)}
                 report(message)
 
+            missing: list[bool] = []  # per failed md op: was it a file not found?
+
             def md_result(op: str, latency: float | None, code: int) -> None:
                 message: dict[str, Any] = {"tick": tick, "op": op}
                 if code:
@@ -126,8 +128,6 @@ class Probes:
                 else:
                     message["lat"] = latency
                 report(message)
-
-            missing: list[bool] = []
 
             try:
                 self.md.step(on_op=md_result)
