@@ -129,3 +129,24 @@ def test_bench_service_quick_measures_the_service(tmp_path):
     assert len(ops) == 12 and all(n >= 5 for n in ops.values()), ops  # 2 targets x 6 ops
     assert all(v["errors"] == 0 for v in run["db"].values())
     assert list(work.iterdir()) == []  # workspaces, config and database cleaned up
+
+
+def test_service_threads_measures_every_thread_of_service_and_workers(tmp_path):
+    from tests.servicekit import TargetSpec, probe_cli, write_config
+
+    target = TargetSpec("t", tmp_path / "t")
+    target.path.mkdir()
+    config = write_config(tmp_path / "slowdown.toml", tmp_path / "db" / "slowdown.db", [target])
+    assert probe_cli(config, "prepare", "--no-progress").returncode == 0
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.service_threads", "--config", str(config),
+         "--python", sys.executable, "--pairs", "1", "--warmup", "3", "--window", "4"],
+        cwd=ROOT, capture_output=True, text=True, timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    (run,) = [json.loads(line) for line in done.stdout.splitlines()]
+    service = [t for t in run["threads"] if t["service"]]
+    workers = [t for t in run["threads"] if not t["service"]]
+    assert len(service) >= 4 and len(workers) == 1  # main, scheduler, live state, reader
+    assert run["total_pct"] > 0 and workers[0]["wakeups_per_s"] >= 0.5  # one run a second
+    assert run["total_pct"] == pytest.approx(run["service_pct"] + run["workers_pct"], abs=0.002)
