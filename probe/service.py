@@ -305,6 +305,8 @@ class Service:
         return beat - offset % beat or beat
 
     def _hand_live_state(self) -> None:
+        if not self.jitter:
+            return  # no tick yet: the live state appears with the first
         if self._live_write is None or self._live_write.done():
             self._live_write = self._live_writer.submit(self.publish_live)
 
