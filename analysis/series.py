@@ -24,8 +24,11 @@ from .store import Selection, Store, StoreError
 
 @dataclass
 class Cells:
-    """One row per (host-merged series, step): the arrays of a history table."""
+    """One row per (host-merged series, step): the arrays of a history table, sorted by
+    target, op and start."""
 
+    names: list[tuple[str, str]]  # (target, op) by code, sorted
+    series: np.ndarray  # int64 code of each cell's (target, op)
     target: np.ndarray  # object arrays of names
     op: np.ndarray
     start: np.ndarray  # int64, start of the step
@@ -33,58 +36,60 @@ class Cells:
     errors: np.ndarray
     skipped: np.ndarray
     stuck: np.ndarray
-    sum: np.ndarray
-    sumsq: np.ndarray
-    min: np.ndarray
-    max: np.ndarray
+    sum: np.ndarray | None  # None unless asked for (``moments``)
+    sumsq: np.ndarray | None
+    min: np.ndarray | None
+    max: np.ndarray | None
     quantiles: dict[str, np.ndarray]
 
     def __len__(self) -> int:
         return len(self.start)
 
 
-# Series first, then each one's records by primary key: the planner would otherwise scan a
-# whole table for GLOB filters on names. Ordered, so that a second read of the blobs lines up.
-_ROW_SQL = ("SELECT {columns} FROM series s CROSS JOIN {table} r ON r.series = s.id"
-            " WHERE {where} ORDER BY s.id, r.start")
-_NUMBERS = ("r.series, r.start, r.count, r.errors, r.skipped, r.stuck, r.sum, r.sumsq, r.min,"
-            " r.max, " + ", ".join(f"r.{c}" for c in schema.DERIVED_COLUMNS[:-1]))
-_STORED = dict(zip(schema.DERIVED_QUANTILES, range(10, 14)))  # quantile -> column of _NUMBERS
+# The series in the order of the output, then each one's records by primary key (the
+# planner would otherwise scan a whole table for GLOB filters on names).
+_SERIES_SQL = "SELECT s.id, s.target, s.op FROM series s WHERE {where} ORDER BY 2, 3, s.host"
+_ROW_SQL = "SELECT {columns} FROM {table} r WHERE r.series = ? AND {where} ORDER BY r.start"
+_KEYS = ("start", "count", "errors", "skipped", "stuck")
+_MOMENTS = ("sum", "sumsq", "min", "max")
+_STORED = dict(zip(schema.DERIVED_QUANTILES, schema.DERIVED_COLUMNS))  # quantile -> column
 
 
-def _read(stores: Sequence[Store], selection: Selection, columns: str) -> list[list]:
-    """The rows of every store and table, in one order for any ``columns``."""
-    where, params = selection.where()
-    rows = []
+def _batches(stores: Sequence[Store], selection: Selection, columns: str, size: int = 4096):
+    """("target\0op", rows) of every selected series of every store, a batch of rows at a
+    time, in one order for any ``columns``. Small batches: the memory of one batch's Python
+    objects is reused by the next instead of given back and faulted in again."""
+    names, name_params = selection.series_where()
+    times, time_params = selection.time_where()
     for store in stores:
-        for table in ("minutes", "hours"):
-            try:
-                rows.append(store.conn.execute(
-                    _ROW_SQL.format(columns=columns, table=table, where=where), params).fetchall())
-            except sqlite3.DatabaseError as exc:  # a damaged file: name it
-                raise StoreError(f"{store.path}: {exc}") from None
-    return rows
+        try:
+            found = store.conn.execute(_SERIES_SQL.format(where=names), name_params).fetchall()
+            for sid, target, op in found:
+                for table in ("hours", "minutes"):  # older first
+                    cursor = store.conn.execute(
+                        _ROW_SQL.format(columns=columns, table=table, where=times),
+                        [sid, *time_params])
+                    while rows := cursor.fetchmany(size):
+                        yield f"{target}\0{op}", rows
+        except sqlite3.DatabaseError as exc:  # a damaged file: name it
+            raise StoreError(f"{store.path}: {exc}") from None
 
 
-def _numbers(stores: Sequence[Store], selection: Selection) -> tuple[np.ndarray, np.ndarray,
-                                                                      list[str]]:
-    """The records' numbers as one float array (NULL as NaN; columns of ``_NUMBERS``), the
-    code of each record's (target, op), and the names "target\0op" by code."""
+def _numbers(stores: Sequence[Store], selection: Selection, columns: Sequence[str]) \
+        -> tuple[np.ndarray, np.ndarray, list[str]]:
+    """The records' ``columns`` as one float array (NULL as NaN), the code of each record's
+    (target, op), and the names "target\0op" by code.
+
+    Python's sqlite3 makes an object of every value (~0.1 us each): only what is used is
+    read, a batch at a time, so that the objects of one batch are all that exist at once.
+    """
     names: dict[str, int] = {}
     parts, codes = [], []
-    reads = _read(stores, selection, _NUMBERS)  # minutes and hours of each store in turn
-    for i, store in enumerate(stores):
-        ids = {sid: names.setdefault(f"{t}\0{o}", len(names))
-               for sid, t, o in store.conn.execute("SELECT id, target, op FROM series")}
-        lookup = np.full(max(ids, default=0) + 1, -1, np.int64)
-        lookup[list(ids)] = list(ids.values())
-        for rows in reads[2 * i:2 * i + 2]:
-            if rows:
-                part = np.array(rows, dtype=np.float64)
-                parts.append(part)
-                codes.append(lookup[part[:, 0].astype(np.int64)])
+    for name, rows in _batches(stores, selection, ", ".join(f"r.{c}" for c in columns)):
+        parts.append(np.array(rows, dtype=np.float64))
+        codes.append(np.full(len(rows), names.setdefault(name, len(names)), np.int64))
     if not parts:
-        return np.empty((0, 14)), np.empty(0, np.int64), list(names)
+        return np.empty((0, len(columns))), np.empty(0, np.int64), list(names)
     return np.concatenate(parts), np.concatenate(codes), list(names)
 
 
@@ -148,67 +153,89 @@ def decode_blobs(blobs: list[bytes], labels: np.ndarray) -> tuple[list[Pairs], n
 
 
 def history(stores: Sequence[Store], selection: Selection, step: int,
-            statistics: Sequence[str]) -> Cells:
-    """Per (target, op, step): counts, moments and the statistics, hosts merged.
+            statistics: Sequence[str], moments: bool = True) -> Cells:
+    """Per (target, op, step): counts, the statistics and, with ``moments``, sum, sum of
+    squares, min and max; hosts merged.
 
     Where every cell is one record (1-minute steps on one host) the quantiles stored with
     each record are used as they are; otherwise the histograms are read and merged.
     """
     from .stats import quantile_of
 
-    rows, code, names = _numbers(stores, selection)
+    wanted = {s: quantile_of(s) for s in statistics if quantile_of(s) is not None}
+    stored = [_STORED[q] for q in wanted.values() if q in _STORED]
+    if len(stored) < len(wanted):
+        stored = []
+    columns = [*_KEYS, *(_MOMENTS if moments else ()), *stored]
+    rows, code, names = _numbers(stores, selection, columns)
+    at = {c: i for i, c in enumerate(columns)}
     order = sorted(range(len(names)), key=names.__getitem__)
     rank = np.empty(len(names), np.int64)
     rank[order] = np.arange(len(names))
-    start = rows[:, 1].astype(np.int64)
+    start = rows[:, at["start"]].astype(np.int64)
     step_start = start - start % step
     base = int(step_start.min()) if len(start) else 0
     span = (int(step_start.max()) - base) // step + 1 if len(start) else 1
     key = rank[code] * span + (step_start - base) // step
-    cells_key, cell_of_row = np.unique(key, return_inverse=True)
-    cell_of_row = cell_of_row.ravel()
+    if (key[1:] > key[:-1]).all():  # one store, one record per cell, read in cell order
+        cells_key, cell_of_row = key, np.arange(len(key))
+    else:
+        cells_key, cell_of_row = np.unique(key, return_inverse=True)
+        cell_of_row = cell_of_row.ravel()
     n = len(cells_key)
     single = n == len(key)
     if single:  # a permutation: each cell takes its one record's values
         row_of_cell = np.empty(n, np.int64)
         row_of_cell[cell_of_row] = np.arange(n)
 
-    def column(i: int, fill: float) -> np.ndarray:
-        values = rows[:, i]
+    def column(values: np.ndarray, fill: float) -> np.ndarray:
         return np.where(np.isnan(values), fill, values)
 
-    def summed(i: int, dtype=np.float64) -> np.ndarray:
+    def summed(values: np.ndarray, dtype=np.float64) -> np.ndarray:
         if single:
-            return column(i, 0.0)[row_of_cell].astype(dtype)
-        return np.bincount(cell_of_row, weights=column(i, 0.0), minlength=n).astype(dtype)
+            return column(values, 0.0)[row_of_cell].astype(dtype)
+        return np.bincount(cell_of_row, weights=column(values, 0.0),
+                           minlength=n).astype(dtype)
 
-    def reduced(i: int, ufunc, fill: float) -> np.ndarray:
+    def reduced(values: np.ndarray, ufunc, fill: float) -> np.ndarray:
         if single:
-            return column(i, fill)[row_of_cell]
+            return column(values, fill)[row_of_cell]
         out = np.full(n, fill)
-        ufunc.at(out, cell_of_row, column(i, fill))
+        ufunc.at(out, cell_of_row, column(values, fill))
         return out
 
-    count = summed(2, np.int64)
-    c_min = reduced(8, np.minimum, np.inf)
-    c_max = reduced(9, np.maximum, -np.inf)
-    wanted = {s: quantile_of(s) for s in statistics if quantile_of(s) is not None}
-    if single and all(q in _STORED for q in wanted.values()) and \
-            not np.isnan(rows[count[cell_of_row] > 0][:, 10:14]).any():
-        quantiles = {s: rows[row_of_cell, _STORED[q]] for s, q in wanted.items()}
-    else:
-        blobs = [row[0] for part in _read(stores, selection, "r.hist") for row in part]
-        quantiles = _quantiles(blobs, cell_of_row, n, count, c_min, c_max, statistics)
-    series_of_cell = cells_key // span
-    target = np.array([names[i].split("\0")[0] for i in order], dtype=object)
-    op = np.array([names[i].split("\0")[1] for i in order], dtype=object)
+    count = summed(rows[:, at["count"]], np.int64)
+    c_min = c_max = None
+    if moments:
+        c_min = reduced(rows[:, at["min"]], np.minimum, np.inf)
+        c_max = reduced(rows[:, at["max"]], np.maximum, -np.inf)
+    quantiles: dict[str, np.ndarray] = {}
+    taken = rows[:, [at[c] for c in stored]]
+    if single and stored and not np.isnan(taken[count[cell_of_row] > 0]).any():
+        quantiles = {s: taken[row_of_cell, i] for i, s in enumerate(wanted)}
+    elif wanted:
+        extra = [row for _, rows in _batches(stores, selection, "r.min, r.max, r.hist")
+                 for row in rows]
+        if c_min is None:
+            extremes = np.array([row[:2] for row in extra], dtype=np.float64).reshape(-1, 2)
+            c_min = reduced(extremes[:, 0], np.minimum, np.inf)
+            c_max = reduced(extremes[:, 1], np.maximum, -np.inf)
+        quantiles = _quantiles([row[2] for row in extra], cell_of_row, n, count, c_min,
+                               c_max, statistics)
+    empty = count == 0
+    pairs = [tuple(names[i].split("\0")) for i in order]
+    code = cells_key // span
     return Cells(
-        target=target[series_of_cell], op=op[series_of_cell],
-        start=base + (cells_key % span) * step, count=count, errors=summed(3, np.int64),
-        skipped=summed(4, np.int64), stuck=reduced(5, np.maximum, 0.0), sum=summed(6),
-        sumsq=summed(7), min=np.where(count > 0, c_min, np.nan),
-        max=np.where(count > 0, c_max, np.nan), quantiles=quantiles,
-    )
+        names=pairs, series=code, target=np.array([t for t, _ in pairs], dtype=object)[code],
+        op=np.array([o for _, o in pairs], dtype=object)[code],
+        start=base + (cells_key % span) * step, count=count,
+        errors=summed(rows[:, at["errors"]], np.int64),
+        skipped=summed(rows[:, at["skipped"]], np.int64),
+        stuck=reduced(rows[:, at["stuck"]], np.maximum, 0.0),
+        sum=summed(rows[:, at["sum"]]) if moments else None,
+        sumsq=summed(rows[:, at["sumsq"]]) if moments else None,
+        min=np.where(empty, np.nan, c_min) if moments else None,
+        max=np.where(empty, np.nan, c_max) if moments else None, quantiles=quantiles)
 
 
 _DENSE = 1 << 23  # cells x buckets counted at a time (64 MiB of float64)

@@ -44,21 +44,39 @@ class Selection:
     ops: tuple[str, ...] = ()
     start: int | None = None
     end: int | None = None
+    pairs: tuple[tuple[str, str], ...] | None = None  # exact (target, op) names, if limited
 
     def where(self, alias: str = "r") -> tuple[str, list]:
+        """The SQL condition on series ``s`` and records ``alias``, and its parameters."""
+        names, name_params = self.series_where()
+        times, time_params = self.time_where(alias)
+        return f"{names} AND {times}", name_params + time_params
+
+    def series_where(self) -> tuple[str, list]:
+        """The condition on the names of series ``s``."""
         clauses: list[str] = []
         params: list = []
         for column, patterns in (("host", self.hosts), ("target", self.targets), ("op", self.ops)):
             if patterns:
                 clauses.append("(" + " OR ".join(f"s.{column} GLOB ?" for _ in patterns) + ")")
                 params.extend(patterns)
+        if self.pairs is not None:
+            clauses.append("(" + (" OR ".join("(s.target = ? AND s.op = ?)" for _ in self.pairs)
+                                  or "0") + ")")
+            params.extend(name for pair in self.pairs for name in pair)
+        return " AND ".join(clauses) or "1", params
+
+    def time_where(self, alias: str = "r") -> tuple[str, list]:
+        """The condition on the start of records ``alias``."""
+        clauses: list[str] = []
+        params: list = []
         if self.start is not None:
             clauses.append(f"{alias}.start >= ?")
             params.append(int(self.start))
         if self.end is not None:
             clauses.append(f"{alias}.start < ?")
             params.append(int(self.end))
-        return (" AND ".join(clauses) or "1"), params
+        return " AND ".join(clauses) or "1", params
 
 
 def _set_wal(conn: sqlite3.Connection, timeout: float) -> None:
