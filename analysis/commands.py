@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-import csv
 import datetime as dt
 import math
+import os
+import sqlite3
 import sys
 import time
 
@@ -15,7 +16,7 @@ from .readside import read_options
 from .records import minute_of
 from .report.provision import provision_options
 from .slowdown import target_slowdowns
-from .store import Selection, aggregate
+from .store import Selection, Store, aggregate
 from .units import format_duration, format_latency
 from .views import clean, dump_json, fmt_ratio, table
 
@@ -163,11 +164,12 @@ def stats(ctx, dbs, targets, hosts, ops, at, since, until, as_json, provision, c
               help="Statistics to include (default: median q90 q95 q99).")
 @click.option("--format", "fmt", type=click.Choice(["csv", "json"]), default="csv",
               show_default=True)
+@click.option("--jobs", type=click.IntRange(1, None), default=None,
+              help="Processes reading the series at once (CSV; default: one per free CPU, "
+                   "up to 8, when there are over 100,000 records to read).")
 @click.pass_context
-def history(ctx, dbs, targets, hosts, ops, at, since, until, every, statistics, fmt):
+def history(ctx, dbs, targets, hosts, ops, at, since, until, every, statistics, fmt, jobs):
     """Percentiles and slowdown over time, one row per step, target and op (CSV or JSON)."""
-    from . import series
-
     reader = cli.open_reader(ctx, dbs, targets, hosts, ops, at)
     start = minute_of(cli.parse_time_option(since, reader.now, "--since"))
     end = minute_of(cli.parse_time_option(until, reader.now, "--until"))
@@ -175,32 +177,93 @@ def history(ctx, dbs, targets, hosts, ops, at, since, until, every, statistics, 
     if step < 60 or step % 60:
         raise click.BadParameter("must be whole minutes", param_hint="--every")
     stats_ = [cli.parse_statistic_option(s) for s in statistics] or ["median", "q90", "q95", "q99"]
-    quantile_stats = [s for s in stats_ if s not in ("mean", "max")]
-    cells = series.history(reader.stores, Selection(reader.hosts, reader.targets, reader.ops,
-                                                    start, end), int(step), quantile_stats)
-    mean = series.mean_of(cells)
-    columns = {"mean": series.raised(mean, cells.stuck), "max": series.raised(cells.max,
-                                                                              cells.stuck)}
-    for s in quantile_stats:
-        columns[s] = series.raised(cells.quantiles[s], cells.stuck)
-    book = reader.book()
-    headline = reader.config.statistics[0] if reader.config.statistics[0] in columns else \
+    headline = reader.config.statistics[0] if reader.config.statistics[0] in stats_ else \
         stats_[0]
-    ratio = columns[headline] / _expected(book, cells, headline)
     names = ["time", "target", "op", "count", "errors", "skipped", "stuck", *stats_,
              f"slowdown_{headline}"]
-    data = [cells.start, cells.target, cells.op, cells.count, cells.errors, cells.skipped,
-            cells.stuck, *(columns[s] for s in stats_), ratio]
+    selection = Selection(reader.hosts, reader.targets, reader.ops, start, end)
+    table = _HistoryTable(reader, selection, int(step), stats_, headline)
     if fmt == "json":
-        out = [dict(zip(names, row)) for row in zip(*(_plain(c) for c in data))]
-        for row in out:
+        _, data = table.compute(reader.stores, selection)
+        rows = [dict(zip(names, row)) for row in zip(*(_plain(c) for c in data))]
+        for row in rows:
             row["time"] = _iso(row["time"])
-        dump_json({"step": step, "from": start, "to": end, "rows": out})
+        dump_json({"step": step, "from": start, "to": end, "rows": rows})
         return
-    # Each column is formatted once per distinct value (bucket values, counts and times
-    # repeat), then the lines are joined and written in one piece.
-    texts = [_texts(c, time=i == 0) for i, c in enumerate(data)]
-    sys.stdout.write("\n".join([",".join(names), *map(",".join, zip(*texts))]) + "\n")
+    from . import csvtext, forked
+
+    pairs, records = _pairs(reader.stores, selection)
+    parts = max(1, min(len(pairs), jobs or min(forked.cpus(), forked.MAX_PROCESSES,
+                                                records // 100_000)))
+    chunks = [pairs[len(pairs) * i // parts:len(pairs) * (i + 1) // parts] for i in range(parts)]
+    sys.stdout.buffer.write(csvtext.header(names))
+    try:
+        forked.write_in_order([tuple(c) for c in chunks], table.csv, sys.stdout.buffer)
+    except forked.PartFailed as exc:
+        raise click.ClickException(str(exc)) from None
+
+
+class _HistoryTable:
+    """The rows of ``slowdown history`` for some of the series: computed in this process, or
+    in a forked one from databases it opens itself."""
+
+    def __init__(self, reader, selection: Selection, step: int, stats_: list[str],
+                 headline: str) -> None:
+        self.reader, self.selection, self.step = reader, selection, step
+        self.stats, self.headline = stats_, headline
+        self.pid = os.getpid()
+
+    def compute(self, stores, selection: Selection):
+        """The cells, and the columns after time, target and op."""
+        from . import series
+        from .baseline import BaselineBook
+
+        quantile_stats = [s for s in self.stats if s not in ("mean", "max")]
+        cells = series.history(stores, selection, self.step, quantile_stats,
+                               moments="mean" in self.stats or "max" in self.stats)
+        columns = {s: series.raised(cells.quantiles[s], cells.stuck) for s in quantile_stats}
+        if "mean" in self.stats:
+            columns["mean"] = series.raised(series.mean_of(cells), cells.stuck)
+        if "max" in self.stats:
+            columns["max"] = series.raised(cells.max, cells.stuck)
+        book = BaselineBook(stores, self.reader.config.baseline.expected)
+        ratio = columns[self.headline] / _expected(book, cells, self.headline)
+        return cells, [cells.start, cells.target, cells.op, cells.count, cells.errors,
+                       cells.skipped, cells.stuck, *(columns[s] for s in self.stats), ratio]
+
+    def csv(self, pairs: tuple[tuple[str, str], ...]) -> list[bytes]:
+        """The CSV lines of the series ``pairs``, in pieces."""
+        import dataclasses
+
+        from . import csvtext
+
+        stores = self.reader.stores if os.getpid() == self.pid else \
+            [Store(s.path, readonly=True) for s in self.reader.stores]
+        cells, data = self.compute(stores, dataclasses.replace(self.selection, pairs=pairs))
+        target, op = ([name[i] for name in cells.names] for i in (0, 1))
+        columns = [csvtext.Times(cells.start), csvtext.Names(target, cells.series),
+                   csvtext.Names(op, cells.series), *map(csvtext.Integers, data[3:6]),
+                   *map(csvtext.Floats, data[6:])]
+        return csvtext.text(columns, len(cells))
+
+
+def _pairs(stores, selection: Selection) -> tuple[list[tuple[str, str]], int]:
+    """The (target, op) names the selection takes from the stores, sorted, and at most how
+    many records it reads (series times minutes)."""
+    names_only = Selection(selection.hosts, selection.targets, selection.ops)
+    where, params = names_only.where()
+    found: set[tuple[str, str]] = set()
+    series_count = 0
+    for store in stores:
+        try:
+            rows = store.conn.execute(f"SELECT s.target, s.op FROM series s WHERE {where}",
+                                      params).fetchall()
+        except sqlite3.DatabaseError as exc:
+            raise click.ClickException(f"{store.path}: {exc}") from None
+        found.update(rows)
+        series_count += len(rows)
+    minutes = max(0, (selection.end - selection.start) // 60)
+    return sorted(found), series_count * minutes
 
 
 def _expected(book, cells, statistic: str):
@@ -212,40 +275,14 @@ def _expected(book, cells, statistic: str):
         return out
     first, last = int(cells.start.min()), int(cells.start.max())
     # Cells come sorted by (target, op, start): each series is one run of rows.
-    change = (cells.target[1:] != cells.target[:-1]) | (cells.op[1:] != cells.op[:-1])
-    runs = [0, *(np.flatnonzero(change) + 1).tolist(), len(cells)]
+    runs = [0, *(np.flatnonzero(np.diff(cells.series)) + 1).tolist(), len(cells)]
     for a, b in zip(runs, runs[1:]):
-        periods = book.expected_periods(cells.target[a], cells.op[a], statistic, first, last)
+        target, op = cells.names[cells.series[a]]
+        periods = book.expected_periods(target, op, statistic, first, last)
         begins, values = zip(*periods)
         which = np.searchsorted(np.asarray(begins), cells.start[a:b], side="right") - 1
         out[a:b] = np.asarray(values)[which]
     return out
-
-
-def _texts(column, time: bool = False) -> list[str]:
-    """A column's CSV cells: times as ISO, names quoted as csv quotes them, numbers as
-    %.9g, NaN empty. Each distinct value is formatted once."""
-    import numpy as np
-
-    values = np.asarray(column)
-    distinct, inverse = np.unique(values, return_inverse=True)
-    if values.dtype == object:
-        texts = [_quoted(v) for v in distinct.tolist()]
-    elif time:
-        texts = [_iso(t) for t in distinct.tolist()]
-    elif values.dtype.kind in "iu":
-        texts = [str(v) for v in distinct.tolist()]
-    else:
-        texts = ["" if math.isnan(v) else f"{v:.9g}" for v in distinct.tolist()]
-    return np.asarray(texts, dtype=object)[inverse.ravel()].tolist()
-
-
-def _quoted(value: str) -> str:
-    import io
-
-    buffer = io.StringIO()
-    csv.writer(buffer, lineterminator="").writerow([value])
-    return buffer.getvalue()
 
 
 def _plain(column) -> list:

@@ -109,6 +109,19 @@ def test_history_csv_every_ten_minutes(calm_then_slow):
     assert float(rows[-1]["median"]) > 4 * float(rows[0]["median"])
 
 
+def test_history_in_several_processes_writes_the_bytes_of_one(calm_then_slow, tmp_path):
+    args = ["history", "--db", str(calm_then_slow), "--at", AT, "--since", "2h",
+            "--stat", "median", "--stat", "q99", "--stat", "mean", "--stat", "max"]
+    _, alone = run(*args)  # an in-memory stream: one process
+    assert alone.count("\n") == 1 + 12 * 120
+    for jobs in ("2", "5", "40"):
+        with open(tmp_path / "out.csv", "wb") as out:
+            done = subprocess.run([sys.executable, "-m", "slowdown.analysis.cli", *args,
+                                   "--jobs", jobs], stdout=out, stderr=subprocess.PIPE)
+        assert done.returncode == 0, done.stderr
+        assert (tmp_path / "out.csv").read_text() == alone, jobs
+
+
 def test_cluster_view_over_a_glob_of_host_files(tmp_path):
     raw = []
     for i in range(3):
