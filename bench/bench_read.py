@@ -35,6 +35,7 @@ import os
 import platform
 import pstats
 import re
+import resource
 import shlex
 import shutil
 import sqlite3
@@ -66,7 +67,7 @@ SEED = 20260101
 GOAL_UPTIME = 0.100  # seconds, median wall of `slowdown`, process start included
 GOAL_HISTORY = 1.0  # seconds, median wall of a 30-day history at 1-minute steps
 DEFAULT_DIR = Path("/tmp/slowdown-bench")
-TABLE_HEAD = "| command | median | p90 | min..max | peak RSS | goal | met? |"
+TABLE_HEAD = "| command | median | p90 | min..max | CPU | peak RSS | goal | met? |"
 RATIO_HEAD = "| ratio | median | per-run range |"
 
 
@@ -268,12 +269,19 @@ def commands(db: Path, config: Path, end: int, days: int, script: Path | None,
                              "PYTHONDONTWRITEBYTECODE": "1"}))
     rows.append(Command("uptime-module", "python3 -m slowdown.analysis.cli --db DB --at @END",
                         [*module, *at], env, None if script else GOAL_UPTIME))
+    # The default splits the series between processes (one per free CPU); --jobs 1 shows
+    # the work of one process.
+    one = history_label.replace(" > /dev/null", " --jobs 1 > /dev/null")
     if script is not None:
         rows.append(Command("history", f"slowdown {history_label}",
                             [str(script), *history_args], installed_env, history_goal))
+        rows.append(Command("history-one", f"slowdown {one}",
+                            [str(script), *history_args, "--jobs", "1"], installed_env))
     else:
         rows.append(Command("history", f"python3 -m slowdown.analysis.cli {history_label}",
                             [*module, *history_args], env, history_goal))
+        rows.append(Command("history-one", f"python3 -m slowdown.analysis.cli {one}",
+                            [*module, *history_args, "--jobs", "1"], env))
     uptime = shutil.which("uptime")
     if uptime:
         rows.append(Command("uptime", "uptime", [uptime], env))
@@ -296,20 +304,23 @@ def commands(db: Path, config: Path, end: int, days: int, script: Path | None,
 STALE_SCHEMA = "open it once for writing"  # the store's message for a schema behind the code
 
 
-def run_timed(command: Command, errors: Path, db: Path | None = None) -> float:
-    """Wall time from the fork to the exit.
+def run_timed(command: Command, errors: Path, db: Path | None = None) -> tuple[float, float]:
+    """Wall time from the fork to the exit, and CPU time (user and system, of the command
+    and the processes it waited for).
 
     When the schema moved on under the benchmark (the code is edited while it runs), the
     database is migrated once, as the service would, and the command timed again.
     """
     for attempt in (1, 2):
         with open(errors, "wb") as err:
+            before = resource.getrusage(resource.RUSAGE_CHILDREN)
             began = time.perf_counter()
             done = subprocess.run(command.argv, env=command.env, stdin=subprocess.DEVNULL,
                                   stdout=subprocess.DEVNULL, stderr=err)
             took = time.perf_counter() - began
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)
         if done.returncode == 0:
-            return took
+            return took, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
         message = errors.read_text(errors="replace").strip()
         if attempt == 1 and db is not None and STALE_SCHEMA in message:
             migrate(db, command.env)
@@ -329,19 +340,24 @@ def migrate(db: Path, env: dict[str, str]) -> None:
     MIGRATIONS.append(utc_now())
 
 
-def measure(rows: list[Command], runs: int, scratch: Path, db: Path) -> dict[str, list[float]]:
-    """One untimed warm-up of each, then ``runs`` rounds, each in a rotated order."""
+def measure(rows: list[Command], runs: int, scratch: Path, db: Path) \
+        -> tuple[dict[str, list[float]], dict[str, list[float]]]:
+    """One untimed warm-up of each, then ``runs`` rounds, each in a rotated order: the wall
+    and the CPU times of each command."""
     errors = scratch / "stderr.txt"
     for command in rows:
         run_timed(command, errors, db)
     times: dict[str, list[float]] = {c.key: [] for c in rows}
+    cpu: dict[str, list[float]] = {c.key: [] for c in rows}
     for r in range(runs):
         shift = r % len(rows)
         for command in rows[shift:] + rows[:shift]:
-            times[command.key].append(run_timed(command, errors, db))
+            wall, used = run_timed(command, errors, db)
+            times[command.key].append(wall)
+            cpu[command.key].append(used)
         print(f"round {r + 1}/{runs} done", file=sys.stderr)
     errors.unlink(missing_ok=True)
-    return times
+    return times, cpu
 
 
 def peak_memory(command: Command) -> int | None:
@@ -405,9 +421,9 @@ def p90(values: list[float]) -> float:
     return ordered[min(len(ordered) - 1, round(0.9 * (len(ordered) - 1)))]
 
 
-def table(rows: list[Command], times: dict[str, list[float]],
+def table(rows: list[Command], times: dict[str, list[float]], cpu: dict[str, list[float]],
           memory: dict[str, int | None]) -> str:
-    lines = [TABLE_HEAD, "|---|---:|---:|---:|---:|---:|---|"]
+    lines = [TABLE_HEAD, "|---|---:|---:|---:|---:|---:|---:|---|"]
     for c in rows:
         t = times[c.key]
         med = statistics.median(t)
@@ -416,6 +432,7 @@ def table(rows: list[Command], times: dict[str, list[float]],
         met = ("yes" if med <= c.goal else "**NO**") if c.goal else ""
         lines.append(f"| `{c.label}` | {fmt_time(med)} | {fmt_time(p90(t))} | "
                      f"{fmt_time(min(t))}..{fmt_time(max(t))} | "
+                     f"{fmt_time(statistics.median(cpu[c.key]))} | "
                      f"{'n/a' if rss is None else f'{rss / 2**20:,.0f} MiB'} | {goal} | {met} |")
     return "\n".join(lines)
 
@@ -426,7 +443,8 @@ def ratio_pairs(times: dict[str, list[float]]) -> list[tuple[str, str]]:
     pairs = [("uptime-script", "uptime"), ("uptime-script", f"{own}-pass"),
              ("uptime-script", f"{own}-click"), ("uptime-script-nopyc", "uptime-script"),
              ("uptime-module", "uptime"), ("uptime-module", "python-pass"),
-             ("uptime-module", "python-click"), ("history", "sqlite-all")]
+             ("uptime-module", "python-click"), ("history", "sqlite-all"),
+             ("history-one", "sqlite-all"), ("history", "history-one")]
     history_own = own if "uptime-script" in times else "python"
     pairs.append(("history", f"{history_own}-pass"))
     return [(a, b) for a, b in pairs if a in times and b in times]
@@ -454,7 +472,8 @@ def environment(script: Path | None) -> str:
         f"click {_version('click')}", f"numpy {np.__version__}",
         f"SQLite {sqlite3.sqlite_version}",
         f"console script {script}" if script else "no console script (python -m only)",
-        f"{platform.machine()}, {os.cpu_count()} CPUs, {platform.platform()}",
+        f"{platform.machine()}, {os.cpu_count()} CPUs "
+        f"({len(os.sched_getaffinity(0))} usable), {platform.platform()}",
     ]
     return "; ".join(parts)
 
@@ -563,11 +582,14 @@ def main(argv: list[str] | None = None) -> int:
     history_cmd = by_key["history"]
     state_before = source_state()
     shown = check_output(uptime_cmd, len(TARGETS), db)
-    check_output(history_cmd, info["records"] + 1, db)  # a header and a row per minute record
+    # A header and a row per minute record; the same text from one process as from several.
+    if check_output(history_cmd, info["records"] + 1, db) != \
+            check_output(by_key["history-one"], info["records"] + 1, db):
+        raise SystemExit("history: one process and several wrote different text")
 
     load_before = load_average()
     began = time.perf_counter()
-    times = measure(rows, runs, directory, db)
+    times, cpu = measure(rows, runs, directory, db)
     elapsed = time.perf_counter() - began
     memory = {c.key: peak_memory(c) for c in rows}
 
@@ -588,8 +610,10 @@ def main(argv: list[str] | None = None) -> int:
         f"{elapsed:.0f} s in all; load average before: {load_before}, after: {load_average()}",
         "",
         "output of the measured `slowdown`:", "", "```", shown.rstrip(), "```", "",
-        table(rows, times, memory), "",
-        "peak RSS: from one more run of each under /usr/bin/time -f %M.", "",
+        table(rows, times, cpu, memory), "",
+        "CPU: user and system time of the command and the processes it waited for (median); "
+        "peak RSS: from one more run of each under /usr/bin/time -f %M (the largest of the "
+        "process and its children).", "",
         "ours / anchor, ratio of the medians (and the range of the per-round ratios):", "",
         ratios(rows, times), "",
         "the commands exactly as run (DB, END and the interpreters spelled out; SLOWDOWN_CONFIG"
@@ -606,11 +630,12 @@ def main(argv: list[str] | None = None) -> int:
         args.json.write_text(json.dumps({
             "database": info, "runs": runs,
             "commands": [{"key": c.key, "label": c.label, "argv": c.argv, "goal": c.goal,
-                          "seconds": times[c.key], "peak_rss": memory[c.key]} for c in rows],
+                          "seconds": times[c.key], "cpu_seconds": cpu[c.key],
+                          "peak_rss": memory[c.key]} for c in rows],
         }, indent=1) + "\n")
     if args.profile:
         with tempfile.TemporaryDirectory(prefix="slowdown-bench-prof-") as tmp:
-            for command in (uptime_cmd, history_cmd):
+            for command in (uptime_cmd, by_key["history-one"]):  # one process: all of it
                 print("\n" + import_times(command))
                 print("\n" + cprofile(command, Path(tmp)))
     return 0

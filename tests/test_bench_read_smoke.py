@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-HEAD = "| command | median | p90 | min..max | peak RSS | goal | met? |"
+HEAD = "| command | median | p90 | min..max | CPU | peak RSS | goal | met? |"
 TIME = r"[\d.,]+ (ms|s)"
 
 
@@ -39,13 +39,16 @@ def test_bench_read_quick_prints_its_table_and_reuses_its_database(tmp_path):
     assert any(label.startswith("slowdown --db DB --at @END") or
                label.startswith("python3 -m slowdown.analysis.cli --db DB --at @END")
                for label in labels)
-    assert any("history --db DB --at @END --since 2d --every 1m" in label for label in labels)
+    assert any(label.endswith("history --db DB --at @END --since 2d --every 1m > /dev/null")
+               for label in labels)
+    assert any(label.endswith("--since 2d --every 1m --jobs 1 > /dev/null") for label in labels)
     assert 'python3 -c "import click, sqlite3"' in labels
     assert "python3 -c pass" in labels
     for r in rows:
         cells = r.split(" | ")
         assert re.fullmatch(TIME, cells[1]) and re.fullmatch(TIME, cells[2]), r
-    goals = [r for r in rows if "<= " in r.split(" | ")[5]]
+        assert re.fullmatch(TIME, cells[4]), r  # CPU
+    goals = [r for r in rows if "<= " in r.split(" | ")[6]]
     assert len(goals) == 1  # the uptime-like default; the history goal is for 30 days
     assert goals[0].rstrip(" |").endswith(("yes", "**NO**"))
     assert any(line.startswith("| `") and " / `" in line for line in lines)  # the ratios
