@@ -46,9 +46,9 @@ class Cells:
         return len(self.start)
 
 
-# The series in the order of the output, then each one's records by primary key (the
-# planner would otherwise scan a whole table for GLOB filters on names).
-_SERIES_SQL = "SELECT s.id, s.target, s.op FROM series s WHERE {where} ORDER BY 2, 3, s.host"
+# Every series of the selection, then each one's records by primary key (the planner would
+# otherwise scan a whole table for GLOB filters on names).
+_SERIES_SQL = "SELECT s.target, s.op, s.host, s.id FROM series s WHERE {where}"
 _ROW_SQL = "SELECT {columns} FROM {table} r WHERE r.series = ? AND {where} ORDER BY r.start"
 _KEYS = ("start", "count", "errors", "skipped", "stuck")
 _MOMENTS = ("sum", "sumsq", "min", "max")
@@ -56,23 +56,29 @@ _STORED = dict(zip(schema.DERIVED_QUANTILES, schema.DERIVED_COLUMNS))  # quantil
 
 
 def _batches(stores: Sequence[Store], selection: Selection, columns: str, size: int = 4096):
-    """("target\0op", rows) of every selected series of every store, a batch of rows at a
-    time, in one order for any ``columns``. Small batches: the memory of one batch's Python
+    """("target\0op", rows) of every selected record, a batch of rows at a time, in one
+    order for any ``columns``: by (target, op), then file, host and time, so that all the
+    records of a (target, op) come together. Small batches: the memory of one batch's Python
     objects is reused by the next instead of given back and faulted in again."""
     names, name_params = selection.series_where()
     times, time_params = selection.time_where()
-    for store in stores:
+    found = []
+    for i, store in enumerate(stores):
         try:
-            found = store.conn.execute(_SERIES_SQL.format(where=names), name_params).fetchall()
-            for sid, target, op in found:
-                for table in ("hours", "minutes"):  # older first
-                    cursor = store.conn.execute(
-                        _ROW_SQL.format(columns=columns, table=table, where=times),
-                        [sid, *time_params])
-                    while rows := cursor.fetchmany(size):
-                        yield f"{target}\0{op}", rows
+            found += [(target, op, i, host, sid) for target, op, host, sid in store.conn.execute(
+                _SERIES_SQL.format(where=names), name_params)]
         except sqlite3.DatabaseError as exc:  # a damaged file: name it
             raise StoreError(f"{store.path}: {exc}") from None
+    for target, op, i, _, sid in sorted(found):
+        try:
+            for table in ("hours", "minutes"):  # older first
+                cursor = stores[i].conn.execute(
+                    _ROW_SQL.format(columns=columns, table=table, where=times),
+                    [sid, *time_params])
+                while rows := cursor.fetchmany(size):
+                    yield f"{target}\0{op}", rows
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(f"{stores[i].path}: {exc}") from None
 
 
 def _numbers(stores: Sequence[Store], selection: Selection, columns: Sequence[str]) \
@@ -102,10 +108,11 @@ class Pairs:
     count: np.ndarray
 
 
-def decode_blobs(blobs: list[bytes], labels: np.ndarray) -> tuple[list[Pairs], np.ndarray,
-                                                                   int]:
+def decode_blobs(blobs: list[bytes], labels: np.ndarray, scale: int | None = None) \
+        -> tuple[list[Pairs], np.ndarray, int]:
     """Every blob's pairs, decoded with numpy a layout at a time, with each blob's label
-    (non-decreasing over ``blobs``); also each blob's zero count and the common scale.
+    (non-decreasing over ``blobs``); also each blob's zero count and the common scale: the
+    coarsest of the blobs', or ``scale`` if given (no coarser than any of them).
 
     The headers are read as arrays from one joined buffer, not blob by blob.
     """
@@ -117,7 +124,10 @@ def decode_blobs(blobs: list[bytes], labels: np.ndarray) -> tuple[list[Pairs], n
         raise codec.DecodeError("damaged histogram blob: bad header")
     flags = buf[starts + 1].astype(np.int64)
     scales = buf[starts + 2].view(np.int8).astype(np.int64)
-    scale = int(scales.min()) if n else 5
+    if scale is None:
+        scale = int(scales.min()) if n else 5
+    elif n and scale > int(scales.min()):
+        raise ValueError(f"cannot raise the scale of a blob from {int(scales.min())} to {scale}")
     has_zero = (flags & 0x08) != 0
     head = 3 + 8 * has_zero + 32 * ((flags & 0x10) != 0)
     zero = np.zeros(n, np.int64)
@@ -214,14 +224,8 @@ def history(stores: Sequence[Store], selection: Selection, step: int,
     if single and stored and not np.isnan(taken[count[cell_of_row] > 0]).any():
         quantiles = {s: taken[row_of_cell, i] for i, s in enumerate(wanted)}
     elif wanted:
-        extra = [row for _, rows in _batches(stores, selection, "r.min, r.max, r.hist")
-                 for row in rows]
-        if c_min is None:
-            extremes = np.array([row[:2] for row in extra], dtype=np.float64).reshape(-1, 2)
-            c_min = reduced(extremes[:, 0], np.minimum, np.inf)
-            c_max = reduced(extremes[:, 1], np.maximum, -np.inf)
-        quantiles = _quantiles([row[2] for row in extra], cell_of_row, n, count, c_min,
-                               c_max, statistics)
+        quantiles, c_min, c_max = _merged(stores, selection, cell_of_row, count, c_min, c_max,
+                                          statistics)
     empty = count == 0
     pairs = [tuple(names[i].split("\0")) for i in order]
     code = cells_key // span
@@ -241,19 +245,80 @@ def history(stores: Sequence[Store], selection: Selection, step: int,
 _DENSE = 1 << 23  # cells x buckets counted at a time (64 MiB of float64)
 
 
+def _merged(stores: Sequence[Store], selection: Selection, cell_of_row: np.ndarray,
+            count: np.ndarray, c_min: np.ndarray | None, c_max: np.ndarray | None,
+            statistics: Sequence[str]) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray]:
+    """The statistics of cells merged from their records' histograms (and the cells' min and
+    max, when not read yet), a (target, op) at a time: the records come grouped by it, and
+    its cells are only its own, so only one series' histograms are in memory at once."""
+    n = len(count)
+    if c_min is None or c_max is None:
+        c_min, c_max = np.full(n, np.inf), np.full(n, -np.inf)
+        extremes = True
+    else:
+        extremes = False
+    out: dict[str, np.ndarray] = {}
+
+    def merge(first: int, rows: list) -> None:
+        cells = cell_of_row[first:first + len(rows)]
+        if extremes:
+            low, high = np.array([r[:2] for r in rows], np.float64).T
+            np.minimum.at(c_min, cells, np.where(np.isnan(low), np.inf, low))
+            np.maximum.at(c_max, cells, np.where(np.isnan(high), -np.inf, high))
+        a, b = int(cells.min()), int(cells.max()) + 1
+        part = _quantiles([r[2] for r in rows], cells - a, b - a, count[a:b], c_min[a:b],
+                          c_max[a:b], statistics)
+        for s, values in part.items():
+            out.setdefault(s, np.full(n, np.nan))[a:b] = values
+
+    first, pending, current = 0, [], None
+    for name, rows in _batches(stores, selection, "r.min, r.max, r.hist"):
+        if name != current and pending:
+            merge(first, pending)
+            first, pending = first + len(pending), []
+        current = name
+        pending += rows
+    if pending:
+        merge(first, pending)
+    if not out:
+        out = _quantiles([], np.empty(0, np.int64), n, count, c_min, c_max, statistics)
+    return out, c_min, c_max
+
+
+_DENSE = 1 << 23  # cells x buckets counted at a time (64 MiB of float64)
+
+
 def _quantiles(blobs, cell_of_row, n, count, c_min, c_max, statistics) -> dict[str, np.ndarray]:
-    """The statistics of merged cells: the blobs' (index, count) pairs added into a dense
-    (cell, bucket) table, a chunk of cells at a time, each row's cumulative counts searched
-    for every rank. No sort of the pairs: records are put in cell order first."""
+    """The statistics of merged cells, each at the coarsest scale among its own records (as
+    ``Histogram.merge`` has it): the cells of each scale in turn."""
     from .stats import quantile_of
 
     wanted = {s: quantile_of(s) for s in statistics if quantile_of(s) is not None}
     out = {s: np.full(n, np.nan) for s in wanted}
-    if not wanted or not n:
+    if not wanted or not n or not len(blobs):
         return out
+    row_scale = np.frombuffer(bytes(b[2] if len(b) > 2 else 0 for b in blobs), np.int8)
+    cell_scale = np.full(n, 127, np.int64)
+    np.minimum.at(cell_scale, cell_of_row, row_scale)
+    for scale in np.unique(cell_scale[cell_of_row]).tolist():
+        members = np.flatnonzero(cell_scale[cell_of_row] == scale)
+        mine = cell_scale == scale
+        part = _quantiles_at(scale, [blobs[i] for i in members.tolist()],
+                             cell_of_row[members], n, count, c_min, c_max, wanted)
+        for s, values in part.items():
+            out[s][mine] = values[mine]
+    return out
+
+
+def _quantiles_at(scale: int, blobs, cell_of_row, n, count, c_min, c_max,
+                  wanted: dict[str, float]) -> dict[str, np.ndarray]:
+    """The statistics of merged cells at one scale: the blobs' (index, count) pairs added into
+    a dense (cell, bucket) table, a chunk of cells at a time, each row's cumulative counts
+    searched for every rank. No sort of the pairs: records are put in cell order first."""
+    out = {s: np.full(n, np.nan) for s in wanted}
     order = np.argsort(cell_of_row, kind="stable")
     cells = cell_of_row[order]
-    groups, zero_rows, scale = decode_blobs([blobs[i] for i in order.tolist()], cells)
+    groups, zero_rows, _ = decode_blobs([blobs[i] for i in order.tolist()], cells, scale)
     zero = np.bincount(cells, weights=zero_rows, minlength=n).astype(np.int64)
     present = [g for g in groups if g.index.size]
     lowest = min((int(g.index.min()) for g in present), default=0)

@@ -11,7 +11,7 @@ import pytest
 from slowdown.analysis import baseline, series
 from slowdown.analysis.baseline import BaselineBook
 from slowdown.analysis.histogram import Histogram, rank
-from slowdown.analysis.records import Aggregate
+from slowdown.analysis.records import Aggregate, Record
 from slowdown.analysis.slowdown import accurate_window, op_slowdown, target_slowdowns
 from slowdown.analysis.stats import estimate, quantile_ranks
 from slowdown.analysis.store import Selection, Store, aggregate
@@ -174,6 +174,30 @@ def test_accuracy_picks_the_shortest_window_that_is_accurate_enough(tmp_path):
         for w in shorter:  # every shorter candidate is not accurate enough
             o = op_slowdown([store], book, "work", "md-stat", w, "median", now, 0.95)
             assert o.observed.half_width is None or o.observed.half_width > 0.05
+
+
+def test_history_merges_each_cell_at_the_scale_of_its_own_records(tmp_path):
+    """A record at a coarser scale (a minute with a huge range) coarsens its own cell only,
+    as Histogram.merge does: the cells around it keep the finer scale."""
+    db = tmp_path / "a.db"
+    fill(db, NOV, 40, lognormal(0.002, 1.0), ops=("md-stat",))
+    coarse = Histogram()
+    coarse.record_many(np.random.default_rng(5).lognormal(np.log(0.003), 1.0, 60))
+    coarse.downscale(2)
+    with Store(db) as store:
+        store.write([Record("n9", "work", "md-stat", NOV + 25 * 60, coarse)])
+    with Store(db, readonly=True) as store:
+        for step in (60, 600):
+            cells = series.history([store], Selection(), step, ["median", "q90", "q99"])
+            scales = set()
+            for i in range(len(cells)):
+                h = aggregate([store], Selection(start=int(cells.start[i]),
+                                                 end=int(cells.start[i]) + step)).histogram
+                scales.add(h.scale)
+                assert cells.count[i] == h.count
+                for name, q in (("median", 0.5), ("q90", 0.9), ("q99", 0.99)):
+                    assert cells.quantiles[name][i] == h.quantile(q), (step, i, name)
+            assert scales == {2, 5}
 
 
 @pytest.mark.parametrize("dense", [series._DENSE, 50])  # 50: a few cells per chunk
