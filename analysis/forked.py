@@ -12,6 +12,7 @@ written, and the caller is told.
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import traceback
@@ -26,7 +27,7 @@ MAX_PROCESSES = 8
 
 
 class PartFailed(RuntimeError):
-    """A forked process could not render or write its part (it said why on stderr)."""
+    """A forked process could not render or write its part: the message is its error."""
 
 
 def cpus() -> int:
@@ -63,14 +64,17 @@ def write_in_order(parts: Sequence[T], render: Callable[[T], Sequence[bytes]],
     stream.flush()
     sys.stdout.flush()
     sys.stderr.flush()
-    # turns[i]: the pipe on which part i + 1 waits for part i to be written.
+    # turns[i]: the pipe on which part i + 1 waits for part i to be written; failures: where
+    # a forked part that fails says why (one short write each: atomic, never blocks).
     turns = [os.pipe() for _ in parts[1:]]
+    failures = os.pipe()
     children = []
     for i in range(1, len(parts)):
         pid = os.fork()
         if pid == 0:  # the child for part i: it never returns
-            _child(parts[i], render, fd, turns, i)
+            _child(parts[i], render, fd, turns, failures, i)
         children.append(pid)
+    os.close(failures[1])
     for i, (read, write) in enumerate(turns):
         os.close(read)
         if i:
@@ -81,14 +85,30 @@ def write_in_order(parts: Sequence[T], render: Callable[[T], Sequence[bytes]],
     finally:
         os.close(turns[0][1])  # without the byte: the rest give up
         failed = [pid for pid in children if os.waitpid(pid, 0)[1] != 0]
+        said = _read_failures(failures[0])
+    if said:  # the first part that failed, in the order of the output
+        _, kind, message = min(said)
+        if kind == "pipe":
+            raise BrokenPipeError(message)
+        raise PartFailed(message)
     if failed:
-        raise PartFailed(f"{len(failed)} of {len(parts)} parts were not written")
+        raise PartFailed(f"{len(failed)} of {len(parts)} parts ended without a word")
 
 
-def _child(part, render, fd: int, turns: list[tuple[int, int]], i: int) -> None:
-    """Render part ``i``, wait for part ``i - 1`` to be written, write, pass the turn on."""
+def _read_failures(fd: int) -> list[tuple[int, str, str]]:
+    """(part, kind, message) of every failure said on the pipe (its writers have exited)."""
+    with os.fdopen(fd, "rb") as pipe:
+        return [tuple(json.loads(line)) for line in pipe.read().splitlines()]
+
+
+def _child(part, render, fd: int, turns: list[tuple[int, int]], failures: tuple[int, int],
+           i: int) -> None:
+    """Render part ``i``, wait for part ``i - 1`` to be written, write, pass the turn on.
+    A failure is said on the failures pipe for the parent to report (one line, in order)."""
     status = 1
+    kind, message = "error", ""
     try:
+        os.close(failures[0])
         for j, (read, write) in enumerate(turns):
             if j != i - 1:
                 os.close(read)
@@ -100,17 +120,22 @@ def _child(part, render, fd: int, turns: list[tuple[int, int]], i: int) -> None:
             if i < len(turns):
                 os.write(turns[i][1], b"1")
             status = 0
-    except BrokenPipeError:
-        pass
-    except BaseException as exc:  # said on stderr, told by the exit status
-        if hasattr(exc, "format_message"):  # a command-line error: one line, as click has it
-            sys.stderr.write(f"Error: {exc.format_message()}\n")
+    except BrokenPipeError as exc:  # the reader went away
+        kind, message = "pipe", str(exc)
+    except Exception as exc:
+        if hasattr(exc, "format_message"):  # a command-line error, as click says it
+            message = exc.format_message()
         elif isinstance(exc, StoreError):
-            sys.stderr.write(f"Error: {exc}\n")
-        else:
+            message = str(exc)
+        else:  # a bug: the whole story on stderr
             traceback.print_exc()
-        sys.stderr.flush()
+            sys.stderr.flush()
+            message = f"{type(exc).__name__}: {exc}"
+    except BaseException as exc:  # interrupted: said, then gone
+        message = f"part {i} stopped: {type(exc).__name__}"
     finally:
+        if status:  # one line of JSON, under PIPE_BUF
+            os.write(failures[1], json.dumps([i, kind, message[:1000]]).encode() + b"\n")
         os._exit(status)
 
 

@@ -9,6 +9,7 @@ import os
 import pytest
 
 from slowdown.analysis import forked
+from slowdown.analysis.store import StoreError
 
 
 def render(part: int) -> list[bytes]:
@@ -65,15 +66,35 @@ def test_an_in_memory_stream_gets_every_part_from_this_process():
 def failing(part: int) -> list[bytes]:
     if part == 2:
         raise ValueError("part two cannot be read")
+    if part == 3:
+        raise StoreError("/x/y.db: database disk image is malformed")
     return render(part)
 
 
-def test_a_failed_part_stops_the_rest_and_says_why(tmp_path, capfd):
+def test_a_failed_part_stops_the_rest_and_the_first_failure_is_told(tmp_path, capfd):
     path = tmp_path / "out"
-    with open(path, "wb") as stream, pytest.raises(forked.PartFailed, match="2 of 4 parts"):
-        forked.write_in_order([0, 1, 2, 3], failing, stream)
+    with open(path, "wb") as stream, pytest.raises(forked.PartFailed) as failure:
+        forked.write_in_order([0, 1, 2, 3, 4], failing, stream)
+    assert str(failure.value) == "ValueError: part two cannot be read"
     assert [p for p, _, _ in parse(path.read_bytes())] == [0, 1]
-    assert "part two cannot be read" in capfd.readouterr().err
+    assert "Traceback" in capfd.readouterr().err  # an unexpected error: the whole story
+
+
+def test_a_database_error_of_a_forked_part_is_told_as_it_is(tmp_path, capfd):
+    path = tmp_path / "out"
+    with open(path, "wb") as stream, pytest.raises(forked.PartFailed) as failure:
+        forked.write_in_order([0, 1, 3], failing, stream)
+    assert str(failure.value) == "/x/y.db: database disk image is malformed"
+    assert [p for p, _, _ in parse(path.read_bytes())] == [0, 1]
+    assert capfd.readouterr().err == ""  # said once, by the caller
+
+
+def test_a_reader_gone_is_a_broken_pipe_here_too():
+    read, write = os.pipe()
+    os.close(read)
+    with os.fdopen(write, "wb") as stream, pytest.raises(BrokenPipeError):
+        forked.write_in_order([0, 1, 2], lambda part: [b"x"] if part == 0 else render(part),
+                              stream)
 
 
 def test_a_failure_here_stops_every_forked_part(tmp_path):

@@ -124,7 +124,7 @@ def test_a_damaged_database_is_named_and_never_changed(tmp_path, good_database, 
     db = _damage(good_database, kind, tmp_path / f"{kind}.db")
     before = sha256(db)
     reads = [[], ["stats", "--since", "1d"], ["history", "--since", "1d"],
-             ["watch", "--count", "1"]]
+             ["history", "--since", "1d", "--jobs", "3"], ["watch", "--count", "1"]]
     for args in reads:
         done = _cli("slowdown.analysis.cli", "--db", str(db), *args)
         assert done.returncode == 1, (args, done.returncode, done.stdout, done.stderr)
@@ -156,6 +156,27 @@ def test_a_damaged_database_is_named_and_never_changed(tmp_path, good_database, 
     assert done.returncode == expected, (done.returncode, done.stderr)
     assert str(db) in done.stderr and "Traceback" not in done.stderr, done.stderr
     assert sha256(db) == before
+
+
+@pytest.mark.timeout(120)
+def test_damaged_records_under_a_history_split_between_processes(tmp_path, good_database):
+    """Garbage in the last pages (records of the last series written): one process or three
+    processes, the same single error line, and only the series before it are written."""
+    data = bytearray(good_database.read_bytes())
+    pages = len(data) // 4096
+    for page in range(pages - 6, pages - 1):
+        data[page * 4096:(page + 1) * 4096] = bytes([0xA5]) * 4096
+    db = tmp_path / "late-garbage.db"
+    db.write_bytes(bytes(data))
+    results = []
+    for jobs in ("1", "3"):
+        done = _cli("slowdown.analysis.cli", "history", "--db", str(db), "--since", "1d",
+                    "--jobs", jobs)
+        assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+        (line,) = done.stderr.strip().splitlines()
+        assert line.startswith(f"Error: {db}: "), line
+        results.append(line)
+    assert results[0] == results[1]
 
 
 # -- configurations ---------------------------------------------------------------------------
