@@ -182,9 +182,9 @@ def history(ctx, dbs, targets, hosts, ops, at, since, until, every, statistics, 
     names = ["time", "target", "op", "count", "errors", "skipped", "stuck", *stats_,
              f"slowdown_{headline}"]
     selection = Selection(reader.hosts, reader.targets, reader.ops, start, end)
-    table = _HistoryTable(reader, selection, int(step), stats_, headline)
+    history_rows = _HistoryTable(reader, selection, int(step), stats_, headline)
     if fmt == "json":
-        _, data = table.compute(reader.stores, selection)
+        _, data = history_rows.compute(reader.stores, selection)
         rows = [dict(zip(names, row)) for row in zip(*(_plain(c) for c in data))]
         for row in rows:
             row["time"] = _iso(row["time"])
@@ -198,7 +198,7 @@ def history(ctx, dbs, targets, hosts, ops, at, since, until, every, statistics, 
     chunks = [pairs[len(pairs) * i // parts:len(pairs) * (i + 1) // parts] for i in range(parts)]
     sys.stdout.buffer.write(csvtext.header(names))
     try:
-        forked.write_in_order([tuple(c) for c in chunks], table.csv, sys.stdout.buffer)
+        forked.write_in_order([tuple(c) for c in chunks], history_rows.csv, sys.stdout.buffer)
     except forked.PartFailed as exc:
         raise click.ClickException(str(exc)) from None
 

@@ -1,15 +1,17 @@
-"""CSV lines of numeric columns, built with numpy: the text Python would write, ten times faster.
+"""CSV lines of numeric columns, built with numpy: the text Python would write, without
+formatting it one cell at a time.
 
 A 30-day history at 1-minute steps is half a million lines of a dozen cells; formatting them
 one by one costs Python about a second. Here each column of a block of rows becomes a byte
-matrix (one row of text per line, left-aligned) and the length of each text, and the lines
-are cut out of the matrices laid side by side in one boolean take.
+matrix (a row of text per line, NUL where a cell is shorter than the column's widest), the
+matrices are laid side by side with the separators, and the NULs are deleted in one
+``bytes.translate``.
 
 The text is exactly Python's: integers as ``str``, floats as ``format(v, ".9g")``, names as
 the ``csv`` module quotes them, times as ``%Y-%m-%dT%H:%M:%SZ``, NaN as an empty cell. A float
 is rounded to 9 digits in binary floating point, which is right unless its scaled value lies
 within a rounding error of a decimal tie or the digits fall outside one decade; those few
-cells (and infinities, negative integers) are formatted by Python itself.
+cells (and infinities, subnormals, negative integers) are formatted by Python itself.
 """
 
 from __future__ import annotations
