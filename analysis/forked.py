@@ -115,11 +115,13 @@ def _child(part, render, fd: int, turns: list[tuple[int, int]], failures: tuple[
             if j != i:
                 os.close(write)
         data = render(part)
-        if os.read(turns[i - 1][0], 1) == b"1":  # else: an earlier part failed
-            _write_all(fd, data)
-            if i < len(turns):
-                os.write(turns[i][1], b"1")
-            status = 0
+        if os.read(turns[i - 1][0], 1) != b"1":  # an earlier part failed and said so
+            status = 2
+            return
+        _write_all(fd, data)
+        if i < len(turns):
+            os.write(turns[i][1], b"1")
+        status = 0
     except BrokenPipeError as exc:  # the reader went away
         kind, message = "pipe", str(exc)
     except Exception as exc:
@@ -134,8 +136,8 @@ def _child(part, render, fd: int, turns: list[tuple[int, int]], failures: tuple[
     except BaseException as exc:  # interrupted: said, then gone
         message = f"part {i} stopped: {type(exc).__name__}"
     finally:
-        if status:  # one line of JSON, under PIPE_BUF
-            os.write(failures[1], json.dumps([i, kind, message[:1000]]).encode() + b"\n")
+        if status == 1:  # one line of JSON, under PIPE_BUF (4096 bytes): written whole
+            os.write(failures[1], json.dumps([i, kind, message[:500]]).encode() + b"\n")
         os._exit(status)
 
 
