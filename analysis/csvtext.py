@@ -230,7 +230,7 @@ def _usual(v: np.ndarray, a: np.ndarray, usual: np.ndarray) \
     code = np.where(usual, (v < 0) * span + exponent - low, 2 * span)
     present = np.flatnonzero(np.bincount(code, minlength=2 * span)[:2 * span]).tolist()
     layouts = {c: _layout(c >= span, c % span + low) for c in present}
-    chars = np.zeros((n, max(len(lay) for lay in layouts.values())), np.uint8)
+    chars = np.zeros((n, max((len(lay) for lay in layouts.values()), default=2)), np.uint8)
     for c, layout in layouts.items():
         members = np.flatnonzero(code == c)
         block = np.empty((len(members), len(layout)), np.uint8)

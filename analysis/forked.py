@@ -12,6 +12,7 @@ written, and the caller is told.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -81,7 +82,7 @@ def write_in_order(parts: Sequence[T], render: Callable[[T], Sequence[bytes]],
             os.close(write)
     try:
         _write_all(fd, render(parts[0]))
-        os.write(turns[0][1], b"1")
+        _pass_turn(turns[0][1])
     finally:
         os.close(turns[0][1])  # without the byte: the rest give up
         failed = [pid for pid in children if os.waitpid(pid, 0)[1] != 0]
@@ -93,6 +94,13 @@ def write_in_order(parts: Sequence[T], render: Callable[[T], Sequence[bytes]],
         raise PartFailed(message)
     if failed:
         raise PartFailed(f"{len(failed)} of {len(parts)} parts ended without a word")
+
+
+def _pass_turn(fd: int) -> None:
+    """Tell the next part to write. If it has already ended, it failed and says so itself:
+    the broken turn pipe is not this part's failure (nor the reader's going away)."""
+    with contextlib.suppress(BrokenPipeError):
+        os.write(fd, b"1")
 
 
 def _read_failures(fd: int) -> list[tuple[int, str, str]]:
@@ -120,7 +128,7 @@ def _child(part, render, fd: int, turns: list[tuple[int, int]], failures: tuple[
             return
         _write_all(fd, data)
         if i < len(turns):
-            os.write(turns[i][1], b"1")
+            _pass_turn(turns[i][1])
         status = 0
     except BrokenPipeError as exc:  # the reader went away
         kind, message = "pipe", str(exc)

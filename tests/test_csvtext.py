@@ -9,7 +9,7 @@ import math
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
@@ -27,6 +27,7 @@ def python_g9(values) -> list[str]:
 
 @settings(max_examples=300, deadline=None)
 @given(hnp.arrays(np.float64, st.integers(0, 300), elements=st.floats(width=64)))
+@example(np.array([2.0 ** -14]))  # a decimal tie, alone in its block: no usual row
 def test_floats_are_written_as_format_g9(values):
     assert cells(csvtext.Floats(values), len(values)) == python_g9(values.tolist())
 
@@ -47,6 +48,8 @@ def edges() -> list[float]:
         out += [p, np.nextafter(p, 0), np.nextafter(p, math.inf), 9.999999995 * p,
                 9.9999999949999 * p, 1.00000000500000 * p, 123456789.5 * p / 1e8,
                 -p, 5 * p, 0.5 * p, 0.000123 * p]
+    out += [2.0 ** k for k in range(-40, 40)]  # some are exact decimal ties: 2**-14
+    out += [-(2.0 ** -14)]
     for d in (100000000, 123456788, 123456789, 999999998, 999999999, 500000000):
         for shift in (-20, -13, -10, -8, -5, 0, 3, 10):
             x = (d + 0.5) * 10.0 ** shift

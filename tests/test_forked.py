@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import os
+import time
 
 import pytest
 
@@ -107,3 +108,19 @@ def test_a_failure_here_stops_every_forked_part(tmp_path):
     with open(path, "wb") as stream, pytest.raises(OSError, match="file is gone"):
         forked.write_in_order([0, 1, 2], first_fails, stream)
     assert path.read_bytes() == b""
+
+
+def test_a_part_that_fails_before_its_turn_is_told_not_a_broken_pipe(tmp_path):
+    """The part before it passes the turn to a process already gone: that is the failed
+    part's story, not a reader that went away."""
+    def slow_then_failing(part: int) -> list[bytes]:
+        if part == 1:
+            time.sleep(0.3)
+        if part == 2:
+            raise StoreError("/x/y.db: database disk image is malformed")
+        return render(part)
+
+    path = tmp_path / "out"
+    with open(path, "wb") as stream, pytest.raises(forked.PartFailed, match="malformed"):
+        forked.write_in_order([0, 1, 2], slow_then_failing, stream)
+    assert [p for p, _, _ in parse(path.read_bytes())] == [0, 1]
