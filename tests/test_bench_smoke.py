@@ -95,6 +95,7 @@ def test_bench_probe_quick_compares_with_ioping(tmp_path):
     assert list(work.iterdir()) == []  # workspace and config cleaned up
 
 
+@pytest.mark.slow  # a service run of 10-20 s: in the full suite
 def test_bench_service_quick_measures_the_service(tmp_path):
     raw = tmp_path / "service.json"
     work = tmp_path / "work"
@@ -131,6 +132,7 @@ def test_bench_service_quick_measures_the_service(tmp_path):
     assert list(work.iterdir()) == []  # workspaces, config and database cleaned up
 
 
+@pytest.mark.slow  # a service run of 10-20 s: in the full suite
 def test_service_threads_measures_every_thread_of_service_and_workers(tmp_path):
     from tests.servicekit import TargetSpec, probe_cli, write_config
 
