@@ -5,7 +5,6 @@ from __future__ import annotations
 import datetime as dt
 import math
 import os
-import sqlite3
 import sys
 import time
 
@@ -217,6 +216,7 @@ class _HistoryTable:
         """The cells, and the columns after time, target and op."""
         from . import series
         from .baseline import BaselineBook
+        from .report.data import expected_values
 
         quantile_stats = [s for s in self.stats if s not in ("mean", "max")]
         cells = series.history(stores, selection, self.step, quantile_stats,
@@ -227,7 +227,8 @@ class _HistoryTable:
         if "max" in self.stats:
             columns["max"] = series.raised(cells.max, cells.stuck)
         book = BaselineBook(stores, self.reader.config.baseline.expected)
-        ratio = columns[self.headline] / _expected(book, cells, self.headline)
+        first, last = (int(cells.start.min()), int(cells.start.max())) if len(cells) else (0, 0)
+        ratio = columns[self.headline] / expected_values(book, cells, self.headline, first, last)
         return cells, [cells.start, cells.target, cells.op, cells.count, cells.errors,
                        cells.skipped, cells.stuck, *(columns[s] for s in self.stats), ratio]
 
@@ -250,39 +251,11 @@ class _HistoryTable:
 def _pairs(stores, selection: Selection) -> tuple[list[tuple[str, str]], int]:
     """The (target, op) names the selection takes from the stores, sorted, and at most how
     many records it reads (series times minutes)."""
-    names_only = Selection(selection.hosts, selection.targets, selection.ops)
-    where, params = names_only.where()
-    found: set[tuple[str, str]] = set()
-    series_count = 0
-    for store in stores:
-        try:
-            rows = store.conn.execute(f"SELECT s.target, s.op FROM series s WHERE {where}",
-                                      params).fetchall()
-        except sqlite3.DatabaseError as exc:
-            raise click.ClickException(f"{store.path}: {exc}") from None
-        found.update(rows)
-        series_count += len(rows)
+    from .series import selected_series
+
+    found = selected_series(stores, selection)
     minutes = max(0, (selection.end - selection.start) // 60)
-    return sorted(found), series_count * minutes
-
-
-def _expected(book, cells, statistic: str):
-    """The expected value of ``statistic`` in force at each cell's start (NaN: none)."""
-    import numpy as np
-
-    out = np.full(len(cells), np.nan)
-    if not len(cells):
-        return out
-    first, last = int(cells.start.min()), int(cells.start.max())
-    # Cells come sorted by (target, op, start): each series is one run of rows.
-    runs = [0, *(np.flatnonzero(np.diff(cells.series)) + 1).tolist(), len(cells)]
-    for a, b in zip(runs, runs[1:]):
-        target, op = cells.names[cells.series[a]]
-        periods = book.expected_periods(target, op, statistic, first, last)
-        begins, values = zip(*periods)
-        which = np.searchsorted(np.asarray(begins), cells.start[a:b], side="right") - 1
-        out[a:b] = np.asarray(values)[which]
-    return out
+    return sorted({(target, op) for target, op, *_ in found}), len(found) * minutes
 
 
 def _plain(column) -> list:

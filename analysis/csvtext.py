@@ -77,11 +77,13 @@ class Names:
     names: Sequence[str]
     codes: np.ndarray
 
-    def field(self, rows: slice) -> Field:
-        texts = [quoted(n).encode() for n in self.names]
-        if any(b"\0" in t for t in texts):
+    def __post_init__(self) -> None:
+        self._texts = [quoted(n).encode() for n in self.names]
+        if any(b"\0" in t for t in self._texts):
             raise ValueError("a name holds a NUL character")
-        return _from_texts(texts, self.codes[rows])
+
+    def field(self, rows: slice) -> Field:
+        return _from_texts(self._texts, self.codes[rows])
 
 
 @dataclass
@@ -115,8 +117,7 @@ def _iso(t: np.ndarray) -> np.ndarray:
     chars[:] = np.frombuffer(b"0000-00-00T00:00:00Z", np.uint8)
     for value, at, width in ((year, 0, 4), (month, 5, 2), (day, 8, 2), (hour, 11, 2),
                              (minute, 14, 2), (second, 17, 2)):
-        for k in range(width):
-            chars[:, at + k] += (value // 10 ** (width - 1 - k) % 10).astype(np.uint8)
+        chars[:, at:at + width] = _digits(value, width)
     return chars
 
 

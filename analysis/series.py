@@ -55,21 +55,27 @@ _MOMENTS = ("sum", "sumsq", "min", "max")
 _STORED = dict(zip(schema.DERIVED_QUANTILES, schema.DERIVED_COLUMNS))  # quantile -> column
 
 
+def selected_series(stores: Sequence[Store], selection: Selection) \
+        -> list[tuple[str, str, int, str, int]]:
+    """(target, op, store index, host, id) of every series the selection's names take."""
+    names, params = selection.series_where()
+    found = []
+    for i, store in enumerate(stores):
+        try:
+            found += [(target, op, i, host, sid) for target, op, host, sid in store.conn.execute(
+                _SERIES_SQL.format(where=names), params)]
+        except sqlite3.DatabaseError as exc:  # a damaged file: name it
+            raise StoreError(f"{store.path}: {exc}") from None
+    return found
+
+
 def _batches(stores: Sequence[Store], selection: Selection, columns: str, size: int = 4096):
     """("target\0op", rows) of every selected record, a batch of rows at a time, in one
     order for any ``columns``: by (target, op), then file, host and time, so that all the
     records of a (target, op) come together. Small batches: the memory of one batch's Python
     objects is reused by the next instead of given back and faulted in again."""
-    names, name_params = selection.series_where()
     times, time_params = selection.time_where()
-    found = []
-    for i, store in enumerate(stores):
-        try:
-            found += [(target, op, i, host, sid) for target, op, host, sid in store.conn.execute(
-                _SERIES_SQL.format(where=names), name_params)]
-        except sqlite3.DatabaseError as exc:  # a damaged file: name it
-            raise StoreError(f"{store.path}: {exc}") from None
-    for target, op, i, _, sid in sorted(found):
+    for target, op, i, _, sid in sorted(selected_series(stores, selection)):
         try:
             for table in ("hours", "minutes"):  # older first
                 cursor = stores[i].conn.execute(
@@ -358,4 +364,5 @@ def raised(values: np.ndarray, stuck: np.ndarray) -> np.ndarray:
                     np.maximum(values, stuck))
 
 
-__all__ = ["Cells", "Pairs", "decode_blobs", "history", "mean_of", "raised"]
+__all__ = ["Cells", "Pairs", "decode_blobs", "history", "mean_of", "raised",
+           "selected_series"]

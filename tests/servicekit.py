@@ -3,7 +3,6 @@ a probe stuck in a hung filesystem must not be able to wedge the test runner).""
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -14,6 +13,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from slowdown.analysis.readside import read_live
 from slowdown.analysis.store import Selection, Store
 
 
@@ -94,14 +94,11 @@ def stop_service(proc: subprocess.Popen, timeout: float = 15) -> tuple[float, st
 
 
 def live(database: Path) -> dict:
-    """The live state; the service rewrites it in place, so a torn read is read again."""
-    path = database.with_name(database.name + ".live.json")
-    for _ in range(20):
-        try:
-            return json.loads(path.read_text())
-        except ValueError:
-            time.sleep(0.01)
-    return json.loads(path.read_text())
+    """The live state (a torn read of the in-place file is read again)."""
+    state = read_live(database, tries=20)
+    if state is None:
+        raise AssertionError(f"no readable live state beside {database}")
+    return state
 
 
 def wait_for(predicate, timeout: float, step: float = 0.2, what: str = "condition"):

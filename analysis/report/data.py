@@ -102,9 +102,8 @@ def _runs(cells: series.Cells) -> dict[tuple[str, str], slice]:
     """Cells come sorted by (target, op, start): the slice of each series."""
     if not len(cells):
         return {}
-    change = (cells.target[1:] != cells.target[:-1]) | (cells.op[1:] != cells.op[:-1])
-    bounds = [0, *(np.flatnonzero(change) + 1).tolist(), len(cells)]
-    return {(cells.target[a], cells.op[a]): slice(a, b) for a, b in zip(bounds, bounds[1:])}
+    bounds = [0, *(np.flatnonzero(np.diff(cells.series)) + 1).tolist(), len(cells)]
+    return {cells.names[cells.series[a]]: slice(a, b) for a, b in zip(bounds, bounds[1:])}
 
 
 def statistic_values(cells: series.Cells, statistic: str) -> np.ndarray:
