@@ -147,9 +147,10 @@ def test_a_hung_target_reads_as_slow_and_never_delays_the_other(tmp_path):
             wait_for(lambda: any(f["age"] > 2 for f in
                                  live(database)["targets"]["hung"]["in_flight"]), 10,
                      what="the second hang")
-            # Stop after a minute flush at least, so that some minute ended before the stop
-            # (the run is ~55 s: most runs have crossed a boundary by now).
-            flushed = (started // 60 + 1) * 60 + 2
+            # Stop after a minute with ticks in it is flushed, so that some minute ended before
+            # the stop. The first tick comes within two seconds of the start, maybe in the next
+            # minute (the run is ~55 s: most runs have crossed the boundary by now).
+            flushed = ((started + 2) // 60 + 1) * 60 + 2
             time.sleep(max(0.0, flushed - time.time()))
             stopped_at = time.time()
             took, err = stop_service(proc, timeout=20)
