@@ -12,7 +12,7 @@ representative, clamped to the cell's min and max), so all agree exactly.
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -85,6 +85,26 @@ def _batches(stores: Sequence[Store], selection: Selection, columns: str, size: 
                     yield f"{target}\0{op}", rows
         except sqlite3.DatabaseError as exc:
             raise StoreError(f"{stores[i].path}: {exc}") from None
+
+
+def grouped(stores: Sequence[Store], selection: Selection, columns: str) \
+        -> Iterator[tuple[tuple[str, str], list]]:
+    """((target, op), rows) for each selected (target, op) with records: all its rows from
+    every file and host (in the order of ``_batches``), one (target, op) in memory at a time."""
+    current, pending = "", []
+    for name, rows in _batches(stores, selection, columns):
+        if name != current and pending:
+            yield _pair(current), pending
+            pending = []
+        current = name
+        pending += rows
+    if pending:
+        yield _pair(current), pending
+
+
+def _pair(name: str) -> tuple[str, str]:
+    target, op = name.split("\0")
+    return target, op
 
 
 def _numbers(stores: Sequence[Store], selection: Selection, columns: Sequence[str]) \
@@ -248,9 +268,6 @@ def history(stores: Sequence[Store], selection: Selection, step: int,
         max=np.where(empty, np.nan, c_max) if moments else None, quantiles=quantiles)
 
 
-_DENSE = 1 << 23  # cells x buckets counted at a time (64 MiB of float64)
-
-
 def _merged(stores: Sequence[Store], selection: Selection, cell_of_row: np.ndarray,
             count: np.ndarray, c_min: np.ndarray | None, c_max: np.ndarray | None,
             statistics: Sequence[str]) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray]:
@@ -277,15 +294,10 @@ def _merged(stores: Sequence[Store], selection: Selection, cell_of_row: np.ndarr
         for s, values in part.items():
             out.setdefault(s, np.full(n, np.nan))[a:b] = values
 
-    first, pending, current = 0, [], None
-    for name, rows in _batches(stores, selection, "r.min, r.max, r.hist"):
-        if name != current and pending:
-            merge(first, pending)
-            first, pending = first + len(pending), []
-        current = name
-        pending += rows
-    if pending:
-        merge(first, pending)
+    first = 0
+    for _, rows in grouped(stores, selection, "r.min, r.max, r.hist"):
+        merge(first, rows)
+        first += len(rows)
     if not out:
         out = _quantiles([], np.empty(0, np.int64), n, count, c_min, c_max, statistics)
     return out, c_min, c_max
@@ -364,5 +376,5 @@ def raised(values: np.ndarray, stuck: np.ndarray) -> np.ndarray:
                     np.maximum(values, stuck))
 
 
-__all__ = ["Cells", "Pairs", "decode_blobs", "history", "mean_of", "raised",
+__all__ = ["Cells", "Pairs", "decode_blobs", "grouped", "history", "mean_of", "raised",
            "selected_series"]

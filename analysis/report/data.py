@@ -168,68 +168,39 @@ def percentiles(grid: Grid, cells: series.Cells, part: slice) -> dict:
             "stuck": floats(_dense(grid, starts, cells.stuck[part], 0.0))}
 
 
-_HIST_SQL = ("SELECT s.target || char(0) || s.op, r.start, r.hist FROM series s CROSS JOIN"
-             " {table} r ON r.series = s.id WHERE {where}")
-
-
 def heatmaps(stores: Sequence[Store], selection: Selection, grid: Grid) -> dict[tuple[str, str],
                                                                                 dict]:
-    """Per (target, op): ops per column and latency bucket (see the module docstring)."""
-    names: dict[str, int] = {}
-    codes: list[int] = []
-    starts: list[int] = []
-    blobs: list[bytes] = []
-    where, params = selection.where()
-    for store in stores:
-        for table in ("minutes", "hours"):
-            for name, start, blob in store.conn.execute(_HIST_SQL.format(table=table,
-                                                                         where=where), params):
-                codes.append(names.setdefault(name, len(names)))
-                starts.append(start)
-                blobs.append(blob)
-    if not blobs:
-        return {}
-    groups, zeros, scale = series.decode_blobs(blobs, np.arange(len(blobs)))
+    """Per (target, op): ops per column and latency bucket (see the module docstring), a
+    (target, op) at a time, so that only its histograms are in memory."""
+    return {pair: _heatmap(grid, rows)
+            for pair, rows in series.grouped(stores, selection, "r.start, r.hist")}
+
+
+def _heatmap(grid: Grid, records: list[tuple[int, bytes]]) -> dict:
+    """One series' heat map from its (start, histogram blob) records, at the coarsest scale
+    among them, lowered until its latency range fits ``MAX_ROWS`` rows."""
+    starts, blobs = zip(*records)
+    groups, zeros, scale = series.decode_blobs(list(blobs), np.arange(len(blobs)))
     blob_of, index, count = (np.concatenate([getattr(g, f) for g in groups]).astype(np.int64)
                              for f in ("label", "index", "count"))
-    code = np.asarray(codes, dtype=np.int64)
     column = grid.column(np.asarray(starts, dtype=np.int64))
-    pair_code = code[blob_of]
-    # Each series' latency range: the buckets present in it (one bincount over all pairs).
-    base = int(index.min()) if index.size else 0
-    width = int(index.max()) - base + 1 if index.size else 1
-    present = np.bincount(pair_code * width + (index - base), minlength=len(names) * width)
-    n = len(names)
-    lowest, rows, shift = np.zeros(n, np.int64), np.ones(n, np.int64), np.zeros(n, np.int64)
-    for c, seen in enumerate(present.reshape(n, width)):
-        found = np.flatnonzero(seen)
-        lo, hi = (base + int(found[0]), base + int(found[-1])) if found.size else (0, 0)
-        k = 0
-        while (hi >> k) - (lo >> k) + 1 > MAX_ROWS and scale - k > MIN_SCALE:
-            k += 1
-        shift[c], lowest[c], rows[c] = k, lo >> k, (hi >> k) - (lo >> k) + 1
-    # Every series' columns x rows block in one array; pairs and zero counts added in.
-    size = grid.columns * rows
-    offset = np.cumsum(size) - size
-    pair_key = offset[pair_code] + column[blob_of] * rows[pair_code] + (
-        (index >> shift[pair_code]) - lowest[pair_code])
-    zero_key = offset[code] + column * rows[code]
-    dense_all = np.bincount(np.concatenate([pair_key, zero_key]),
-                            weights=np.concatenate([count, zeros]).astype(np.float64),
-                            minlength=int(size.sum())).astype(np.int64)
-    out = {}
-    for name, c in names.items():
-        dense = dense_all[offset[c]:offset[c] + size[c]].reshape(grid.columns, int(rows[c]))
-        cells = []
-        for i in np.flatnonzero(dense.any(axis=1)).tolist():
-            nonzero = np.flatnonzero(dense[i])
-            first, last = int(nonzero[0]), int(nonzero[-1])
-            cells.append([i, first, *dense[i, first:last + 1].tolist()])
-        target, op = name.split("\0")
-        out[(target, op)] = {**grid.json(), "scale": scale - int(shift[c]),
-                             "lowest": int(lowest[c]), "rows": int(rows[c]),
-                             "total": int(dense.sum()), "cells": cells}
-    return out
+    lo, hi = (int(index.min()), int(index.max())) if index.size else (0, 0)
+    k = 0
+    while (hi >> k) - (lo >> k) + 1 > MAX_ROWS and scale - k > MIN_SCALE:
+        k += 1
+    lowest, rows = lo >> k, (hi >> k) - (lo >> k) + 1
+    # Zero counts go to the lowest row.
+    keys = np.concatenate([column[blob_of] * rows + (index >> k) - lowest, column * rows])
+    weights = np.concatenate([count, zeros]).astype(np.float64)
+    dense = np.bincount(keys, weights=weights, minlength=grid.columns * rows) \
+        .astype(np.int64).reshape(grid.columns, rows)
+    cells = []
+    for i in np.flatnonzero(dense.any(axis=1)).tolist():
+        nonzero = np.flatnonzero(dense[i])
+        first, last = int(nonzero[0]), int(nonzero[-1])
+        cells.append([i, first, *dense[i, first:last + 1].tolist()])
+    return {**grid.json(), "scale": scale - k, "lowest": lowest, "rows": rows,
+            "total": int(dense.sum()), "cells": cells}
 
 
 def _rank(fraction: float, n: int) -> int:
