@@ -69,7 +69,8 @@ def selected_series(stores: Sequence[Store], selection: Selection) \
     return found
 
 
-def _batches(stores: Sequence[Store], selection: Selection, columns: str, size: int = 4096):
+def _batches(stores: Sequence[Store], selection: Selection, columns: str,
+             tables: Sequence[str] = ("hours", "minutes"), size: int = 4096):
     """("target\0op", rows) of every selected record, a batch of rows at a time, in one
     order for any ``columns``: by (target, op), then file, host and time, so that all the
     records of a (target, op) come together. Small batches: the memory of one batch's Python
@@ -77,7 +78,7 @@ def _batches(stores: Sequence[Store], selection: Selection, columns: str, size: 
     times, time_params = selection.time_where()
     for target, op, i, _, sid in sorted(selected_series(stores, selection)):
         try:
-            for table in ("hours", "minutes"):  # older first
+            for table in tables:  # older first
                 cursor = stores[i].conn.execute(
                     _ROW_SQL.format(columns=columns, table=table, where=times),
                     [sid, *time_params])
@@ -87,12 +88,13 @@ def _batches(stores: Sequence[Store], selection: Selection, columns: str, size: 
             raise StoreError(f"{stores[i].path}: {exc}") from None
 
 
-def grouped(stores: Sequence[Store], selection: Selection, columns: str) \
+def grouped(stores: Sequence[Store], selection: Selection, columns: str,
+            tables: Sequence[str] = ("hours", "minutes")) \
         -> Iterator[tuple[tuple[str, str], list]]:
     """((target, op), rows) for each selected (target, op) with records: all its rows from
     every file and host (in the order of ``_batches``), one (target, op) in memory at a time."""
     current, pending = "", []
-    for name, rows in _batches(stores, selection, columns):
+    for name, rows in _batches(stores, selection, columns, tables):
         if name != current and pending:
             yield _pair(current), pending
             pending = []
@@ -196,6 +198,13 @@ def history(stores: Sequence[Store], selection: Selection, step: int,
     Where every cell is one record (1-minute steps on one host) the quantiles stored with
     each record are used as they are; otherwise the histograms are read and merged.
     """
+    return histories(stores, selection, [step], statistics, moments)[0]
+
+
+def histories(stores: Sequence[Store], selection: Selection, steps: Sequence[int],
+              statistics: Sequence[str], moments: bool = True) -> list[Cells]:
+    """``history`` at each of ``steps``, from one read of the records and, if any step needs
+    them, one read of their histograms."""
     from .stats import quantile_of
 
     wanted = {s: quantile_of(s) for s in statistics if quantile_of(s) is not None}
@@ -204,103 +213,143 @@ def history(stores: Sequence[Store], selection: Selection, step: int,
         stored = []
     columns = [*_KEYS, *(_MOMENTS if moments else ()), *stored]
     rows, code, names = _numbers(stores, selection, columns)
-    at = {c: i for i, c in enumerate(columns)}
+    value = {c: rows[:, i] for i, c in enumerate(columns)}
     order = sorted(range(len(names)), key=names.__getitem__)
     rank = np.empty(len(names), np.int64)
     rank[order] = np.arange(len(names))
-    start = rows[:, at["start"]].astype(np.int64)
-    step_start = start - start % step
-    base = int(step_start.min()) if len(start) else 0
-    span = (int(step_start.max()) - base) // step + 1 if len(start) else 1
-    key = rank[code] * span + (step_start - base) // step
-    if (key[1:] > key[:-1]).all():  # one store, one record per cell, read in cell order
-        cells_key, cell_of_row = key, np.arange(len(key))
-    else:
+    start = value["start"].astype(np.int64)
+    groupings = [_Grouping.of(rank[code], start, step) for step in steps]
+    counts = [g.summed(value["count"], np.int64) for g in groupings]
+    extremes = [(g.reduced(value["min"], np.minimum, np.inf),
+                 g.reduced(value["max"], np.maximum, -np.inf)) if moments else (None, None)
+                for g in groupings]
+    quantiles: list[dict[str, np.ndarray]] = [{} for _ in groupings]
+    taken = rows[:, [columns.index(c) for c in stored]]
+    to_merge = []
+    for i, g in enumerate(groupings):
+        if g.row_of_cell is not None and stored and \
+                not np.isnan(taken[counts[i][g.cell_of_row] > 0]).any():
+            quantiles[i] = {s: taken[g.row_of_cell, j] for j, s in enumerate(wanted)}
+        elif wanted:
+            to_merge.append(i)
+    merges = [_Merge(groupings[i].cell_of_row, counts[i], *extremes[i], statistics)
+              for i in to_merge]
+    if merges:
+        first = 0
+        for _, records in grouped(stores, selection, "r.min, r.max, r.hist"):
+            blobs = [r[2] for r in records]
+            low_high = np.array([r[:2] for r in records], np.float64).T \
+                if any(m.extremes for m in merges) else None
+            for m in merges:
+                m.add(first, blobs, low_high)
+            first += len(records)
+        for i, m in zip(to_merge, merges):
+            quantiles[i], extremes[i] = m.result()
+    pairs = [_pair(names[i]) for i in order]
+    return [_cells(pairs, g, value, counts[i], extremes[i], quantiles[i], moments)
+            for i, g in enumerate(groupings)]
+
+
+def _filled(values: np.ndarray, fill: float) -> np.ndarray:
+    return np.where(np.isnan(values), fill, values)
+
+
+@dataclass
+class _Grouping:
+    """The cells of one step, sorted by series and time, and the cell of each record."""
+
+    step: int
+    base: int  # the first cell's start
+    span: int  # steps from the first cell to the last
+    key: np.ndarray  # of each cell: series rank * span + steps from ``base``
+    cell_of_row: np.ndarray
+    row_of_cell: np.ndarray | None  # where every cell is one record
+
+    @classmethod
+    def of(cls, rank_of_row: np.ndarray, start: np.ndarray, step: int) -> _Grouping:
+        step_start = start - start % step
+        base = int(step_start.min()) if len(start) else 0
+        span = (int(step_start.max()) - base) // step + 1 if len(start) else 1
+        key = rank_of_row * span + (step_start - base) // step
+        if (key[1:] > key[:-1]).all():  # one store, one record per cell, read in cell order
+            return cls(step, base, span, key, np.arange(len(key)), np.arange(len(key)))
         cells_key, cell_of_row = np.unique(key, return_inverse=True)
         cell_of_row = cell_of_row.ravel()
-    n = len(cells_key)
-    single = n == len(key)
-    if single:  # a permutation: each cell takes its one record's values
-        row_of_cell = np.empty(n, np.int64)
-        row_of_cell[cell_of_row] = np.arange(n)
+        row_of_cell = None
+        if len(cells_key) == len(key):  # a permutation: each cell takes its one record's values
+            row_of_cell = np.empty(len(key), np.int64)
+            row_of_cell[cell_of_row] = np.arange(len(key))
+        return cls(step, base, span, cells_key, cell_of_row, row_of_cell)
 
-    def column(values: np.ndarray, fill: float) -> np.ndarray:
-        return np.where(np.isnan(values), fill, values)
+    def __len__(self) -> int:
+        return len(self.key)
 
-    def summed(values: np.ndarray, dtype=np.float64) -> np.ndarray:
-        if single:
-            return column(values, 0.0)[row_of_cell].astype(dtype)
-        return np.bincount(cell_of_row, weights=column(values, 0.0),
-                           minlength=n).astype(dtype)
+    def summed(self, values: np.ndarray, dtype=np.float64) -> np.ndarray:
+        if self.row_of_cell is not None:
+            return _filled(values, 0.0)[self.row_of_cell].astype(dtype)
+        return np.bincount(self.cell_of_row, weights=_filled(values, 0.0),
+                           minlength=len(self)).astype(dtype)
 
-    def reduced(values: np.ndarray, ufunc, fill: float) -> np.ndarray:
-        if single:
-            return column(values, fill)[row_of_cell]
-        out = np.full(n, fill)
-        ufunc.at(out, cell_of_row, column(values, fill))
+    def reduced(self, values: np.ndarray, ufunc, fill: float) -> np.ndarray:
+        if self.row_of_cell is not None:
+            return _filled(values, fill)[self.row_of_cell]
+        out = np.full(len(self), fill)
+        ufunc.at(out, self.cell_of_row, _filled(values, fill))
         return out
 
-    count = summed(rows[:, at["count"]], np.int64)
-    c_min = c_max = None
-    if moments:
-        c_min = reduced(rows[:, at["min"]], np.minimum, np.inf)
-        c_max = reduced(rows[:, at["max"]], np.maximum, -np.inf)
-    quantiles: dict[str, np.ndarray] = {}
-    taken = rows[:, [at[c] for c in stored]]
-    if single and stored and not np.isnan(taken[count[cell_of_row] > 0]).any():
-        quantiles = {s: taken[row_of_cell, i] for i, s in enumerate(wanted)}
-    elif wanted:
-        quantiles, c_min, c_max = _merged(stores, selection, cell_of_row, count, c_min, c_max,
-                                          statistics)
+
+def _cells(pairs: list[tuple[str, str]], g: _Grouping, value: dict[str, np.ndarray],
+           count: np.ndarray, extremes: tuple, quantiles: dict[str, np.ndarray],
+           moments: bool) -> Cells:
+    code = g.key // g.span
     empty = count == 0
-    pairs = [tuple(names[i].split("\0")) for i in order]
-    code = cells_key // span
+    c_min, c_max = extremes
     return Cells(
         names=pairs, series=code, target=np.array([t for t, _ in pairs], dtype=object)[code],
         op=np.array([o for _, o in pairs], dtype=object)[code],
-        start=base + (cells_key % span) * step, count=count,
-        errors=summed(rows[:, at["errors"]], np.int64),
-        skipped=summed(rows[:, at["skipped"]], np.int64),
-        stuck=reduced(rows[:, at["stuck"]], np.maximum, 0.0),
-        sum=summed(rows[:, at["sum"]]) if moments else None,
-        sumsq=summed(rows[:, at["sumsq"]]) if moments else None,
+        start=g.base + (g.key % g.span) * g.step, count=count,
+        errors=g.summed(value["errors"], np.int64),
+        skipped=g.summed(value["skipped"], np.int64),
+        stuck=g.reduced(value["stuck"], np.maximum, 0.0),
+        sum=g.summed(value["sum"]) if moments else None,
+        sumsq=g.summed(value["sumsq"]) if moments else None,
         min=np.where(empty, np.nan, c_min) if moments else None,
         max=np.where(empty, np.nan, c_max) if moments else None, quantiles=quantiles)
 
 
-def _merged(stores: Sequence[Store], selection: Selection, cell_of_row: np.ndarray,
-            count: np.ndarray, c_min: np.ndarray | None, c_max: np.ndarray | None,
-            statistics: Sequence[str]) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray]:
-    """The statistics of cells merged from their records' histograms (and the cells' min and
-    max, when not read yet), a (target, op) at a time: the records come grouped by it, and
-    its cells are only its own, so only one series' histograms are in memory at once."""
-    n = len(count)
-    if c_min is None or c_max is None:
-        c_min, c_max = np.full(n, np.inf), np.full(n, -np.inf)
-        extremes = True
-    else:
-        extremes = False
-    out: dict[str, np.ndarray] = {}
+class _Merge:
+    """The statistics of one step's cells merged from their records' histograms (and the
+    cells' min and max, when not read yet), a (target, op) at a time: the records come
+    grouped by it, and its cells are only its own, so only one series' histograms are in
+    memory at once."""
 
-    def merge(first: int, rows: list) -> None:
-        cells = cell_of_row[first:first + len(rows)]
-        if extremes:
-            low, high = np.array([r[:2] for r in rows], np.float64).T
-            np.minimum.at(c_min, cells, np.where(np.isnan(low), np.inf, low))
-            np.maximum.at(c_max, cells, np.where(np.isnan(high), -np.inf, high))
+    def __init__(self, cell_of_row: np.ndarray, count: np.ndarray, c_min: np.ndarray | None,
+                 c_max: np.ndarray | None, statistics: Sequence[str]):
+        n = len(count)
+        self.extremes = c_min is None or c_max is None
+        if c_min is None or c_max is None:
+            c_min, c_max = np.full(n, np.inf), np.full(n, -np.inf)
+        self.cell_of_row, self.count, self.c_min, self.c_max = cell_of_row, count, c_min, c_max
+        self.statistics = statistics
+        self.out: dict[str, np.ndarray] = {}
+
+    def add(self, first: int, blobs: list[bytes], low_high: np.ndarray | None) -> None:
+        """The records ``first`` on, of one (target, op): their histograms and min and max."""
+        cells = self.cell_of_row[first:first + len(blobs)]
+        if self.extremes and low_high is not None:
+            low, high = low_high
+            np.minimum.at(self.c_min, cells, _filled(low, np.inf))
+            np.maximum.at(self.c_max, cells, _filled(high, -np.inf))
         a, b = int(cells.min()), int(cells.max()) + 1
-        part = _quantiles([r[2] for r in rows], cells - a, b - a, count[a:b], c_min[a:b],
-                          c_max[a:b], statistics)
+        part = _quantiles(blobs, cells - a, b - a, self.count[a:b], self.c_min[a:b],
+                          self.c_max[a:b], self.statistics)
         for s, values in part.items():
-            out.setdefault(s, np.full(n, np.nan))[a:b] = values
+            self.out.setdefault(s, np.full(len(self.count), np.nan))[a:b] = values
 
-    first = 0
-    for _, rows in grouped(stores, selection, "r.min, r.max, r.hist"):
-        merge(first, rows)
-        first += len(rows)
-    if not out:
-        out = _quantiles([], np.empty(0, np.int64), n, count, c_min, c_max, statistics)
-    return out, c_min, c_max
+    def result(self) -> tuple[dict[str, np.ndarray], tuple[np.ndarray, np.ndarray]]:
+        out = self.out or _quantiles([], np.empty(0, np.int64), len(self.count), self.count,
+                                     self.c_min, self.c_max, self.statistics)
+        return out, (self.c_min, self.c_max)
 
 
 _DENSE = 1 << 23  # cells x buckets counted at a time (64 MiB of float64)
@@ -376,5 +425,5 @@ def raised(values: np.ndarray, stuck: np.ndarray) -> np.ndarray:
                     np.maximum(values, stuck))
 
 
-__all__ = ["Cells", "Pairs", "decode_blobs", "grouped", "history", "mean_of", "raised",
+__all__ = ["Cells", "Pairs", "decode_blobs", "grouped", "histories", "history", "mean_of", "raised",
            "selected_series"]

@@ -319,17 +319,19 @@ def collect(reader, start: int, end: int, statistics: Sequence[str], windows: Se
     grid = Grid(start, end, pick_step(end - start, _has_hours(stores, selection)))
     target_ops = reader.target_ops()
     book = reader.book()
-    quantile_stats = [s for s in PERCENTILES if quantile_of(s) is not None]
-    cells = series.history(stores, selection, grid.step, quantile_stats)
+    wanted = [s for s in dict.fromkeys([*PERCENTILES, *statistics]) if quantile_of(s) is not None]
+    steps = {w: max(MINUTE, int(w) // MINUTE * MINUTE) for w in windows}
+    needed = list(dict.fromkeys([grid.step, *steps.values()]))
+    at_step = dict(zip(needed, series.histories(stores, selection, needed, wanted)))
+    cells = at_step[grid.step]
     runs = _runs(cells)
     heat = heatmaps(stores, selection, grid)
     figures = prov.per_node_figures(stores, selection)
     first, last = _record_span(stores, selection)
     slowdowns: dict[tuple[float, str, str], dict] = {}
     for window in windows:
-        window_step = max(MINUTE, int(window) // MINUTE * MINUTE)
-        wanted = [s for s in statistics if quantile_of(s) is not None]
-        w_cells = series.history(stores, selection, window_step, wanted)
+        window_step = steps[window]
+        w_cells = at_step[window_step]
         w_runs = _runs(w_cells)
         for stat in statistics:
             with np.errstate(divide="ignore", invalid="ignore"):

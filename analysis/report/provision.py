@@ -159,26 +159,18 @@ def estimate(values: Sequence[float] | np.ndarray, goal: float, confidence: floa
 
 # -- per-node figures from the store ------------------------------------------------------------
 
-_MINUTES_SQL = ("SELECT s.target, s.op, r.count, r.sum FROM series s CROSS JOIN minutes r"
-                " ON r.series = s.id WHERE {where} ORDER BY s.target, s.op, s.host, r.start")
-
-
 def per_node_figures(stores: Sequence[Store], selection: Selection) -> dict[tuple[str, str],
                                                                              np.ndarray]:
     """Per (target, op): the throughput (ops/s) of every (host, minute) record selected."""
     import numpy as np
 
-    where, params = selection.where()
-    found: dict[tuple[str, str], list[tuple[int, float]]] = {}
-    for store in stores:
-        for target, op, count, total in store.conn.execute(_MINUTES_SQL.format(where=where),
-                                                           params):
-            found.setdefault((target, op), []).append((count, total or 0.0))
+    from .. import series
+
     out = {}
-    for key, rows in sorted(found.items()):
-        counts, sums = np.array(rows, dtype=np.float64).T
+    for pair, rows in series.grouped(stores, selection, "r.count, r.sum", ("minutes",)):
+        counts, sums = np.array(rows, dtype=np.float64).T  # a NULL sum is NaN: no figure
         with np.errstate(divide="ignore", invalid="ignore"):
-            out[key] = np.where((counts > 0) & (sums > 0), counts / sums, 0.0)
+            out[pair] = np.where((counts > 0) & (sums > 0), counts / sums, 0.0)
     return out
 
 
