@@ -235,3 +235,32 @@ def test_vectorised_history_equals_histogram_quantiles(tmp_path, monkeypatch, de
                 assert cells.min[i] == h.min and cells.max[i] == h.max
                 for name in stats:
                     assert cells.quantiles[name][i] == h.quantile(wanted[name]), (step, i, name)
+
+
+def test_histories_of_several_steps_are_each_steps_history(tmp_path):
+    """One read for several steps (what the report asks for) gives, step by step, what
+    ``history`` gives for each: one file and a cluster of two, with and without moments,
+    stored quantiles and merged ones side by side."""
+    db, other = tmp_path / "a.db", tmp_path / "b.db"
+    fill(db, NOV, 150, lognormal(0.002, 1.0), ops=("md-stat", "data-read"),
+         stuck={NOV + 3600: 12.0})
+    fill(other, NOV + 600, 90, lognormal(0.004, 1.0), ops=("md-stat",), host="n2", seed=1)
+    steps = [1800, 60, 600, 3600]
+    with Store(db, readonly=True) as store, Store(other, readonly=True) as store2:
+        for stores, stats, moments in (([store], ["median", "q95"], True),
+                                       ([store], ["q75", "q99"], False),
+                                       ([store, store2], ["median", "q90", "q95"], True)):
+            together = series.histories(stores, Selection(), steps, stats, moments)
+            assert len(together) == len(steps)
+            for step, cells in zip(steps, together):
+                alone = series.history(stores, Selection(), step, stats, moments)
+                assert cells.names == alone.names and len(cells) == len(alone) > 0
+                for field in ("series", "start", "count", "errors", "skipped", "stuck", "sum",
+                              "sumsq", "min", "max"):
+                    a, b = getattr(cells, field), getattr(alone, field)
+                    assert (a is None and b is None) or np.array_equal(a, b, equal_nan=True), \
+                        (step, field)
+                assert cells.quantiles.keys() == alone.quantiles.keys() == set(stats)
+                for name in stats:
+                    assert np.array_equal(cells.quantiles[name], alone.quantiles[name],
+                                          equal_nan=True), (step, name)
