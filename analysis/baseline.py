@@ -21,7 +21,7 @@ import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from .records import MINUTE, minute_of
+from .records import MINUTE, Aggregate, minute_of
 from .stats import estimate
 from .store import Selection, Store, aggregate
 
@@ -55,14 +55,21 @@ def previous_month_start(start: int) -> int:
 
 def compute(stores: Sequence[Store], target: str, op: str, statistics: Iterable[str],
             data_from: int, data_to: int) -> list[tuple[str, float, int]]:
-    """``(statistic, value, samples)`` over ``[data_from, data_to)``; nothing when empty.
+    """``(statistic, value, samples)`` over ``[data_from, data_to)``; nothing when empty."""
+    return _estimates(_completed(stores, target, op, data_from, data_to), statistics)
 
-    Baselines describe normal operation: they come from completed ops only, never raised
-    to stuck ages.
-    """
+
+def _completed(stores: Sequence[Store], target: str, op: str, data_from: int,
+               data_to: int) -> Aggregate:
+    """The merged records of ``[data_from, data_to)``, of completed ops only: baselines
+    describe normal operation, never raised to stuck ages."""
     agg = aggregate(stores, Selection(targets=(target,), ops=(op,), start=data_from,
                                       end=data_to))
     agg.stuck = 0.0
+    return agg
+
+
+def _estimates(agg: Aggregate, statistics: Iterable[str]) -> list[tuple[str, float, int]]:
     if not agg.histogram.count:
         return []
     return [(s, estimate(agg, s).value, agg.histogram.count) for s in statistics]
@@ -198,6 +205,7 @@ class BaselineBook:
         for store in self.stores[:1]:
             self.rows = load(store)
         self._cache: dict[tuple, tuple[float, int] | None] = {}
+        self._aggregates: dict[tuple[str, str, int, int], Aggregate] = {}
         self._first: dict[tuple[str, str], int | None] = {}
 
     def in_force(self, target: str, op: str, statistic: str, at: float) -> Baseline | None:
@@ -211,7 +219,10 @@ class BaselineBook:
     def _merged(self, target: str, op: str, statistic: str, start: int, end: int):
         key = (target, op, statistic, start, end)
         if key not in self._cache:
-            rows = compute(self.stores, target, op, [statistic], start, end)
+            span = (target, op, start, end)  # one merge for every statistic of a span
+            if span not in self._aggregates:
+                self._aggregates[span] = _completed(self.stores, target, op, start, end)
+            rows = _estimates(self._aggregates[span], [statistic])
             self._cache[key] = (rows[0][1], rows[0][2]) if rows else None
         return self._cache[key]
 

@@ -127,69 +127,6 @@ def _numbers(stores: Sequence[Store], selection: Selection, columns: Sequence[st
     return np.concatenate(parts), np.concatenate(codes), list(names)
 
 
-@dataclass
-class Pairs:
-    """The (index, count) pairs of blobs of one encoding layout, in the blobs' order."""
-
-    label: np.ndarray  # int32: the label of the blob each pair came from (non-decreasing)
-    index: np.ndarray  # int32, at the common scale
-    count: np.ndarray
-
-
-def decode_blobs(blobs: list[bytes], labels: np.ndarray, scale: int | None = None) \
-        -> tuple[list[Pairs], np.ndarray, int]:
-    """Every blob's pairs, decoded with numpy a layout at a time, with each blob's label
-    (non-decreasing over ``blobs``); also each blob's zero count and the common scale: the
-    coarsest of the blobs', or ``scale`` if given (no coarser than any of them).
-
-    The headers are read as arrays from one joined buffer, not blob by blob.
-    """
-    n = len(blobs)
-    lengths = np.fromiter(map(len, blobs), np.int64, n)
-    buf = np.frombuffer(b"".join(blobs), np.uint8)
-    starts = np.cumsum(lengths) - lengths
-    if n and ((lengths < 3).any() or (buf[starts] != codec.VERSION).any()):
-        raise codec.DecodeError("damaged histogram blob: bad header")
-    flags = buf[starts + 1].astype(np.int64)
-    scales = buf[starts + 2].view(np.int8).astype(np.int64)
-    if scale is None:
-        scale = int(scales.min()) if n else 5
-    elif n and scale > int(scales.min()):
-        raise ValueError(f"cannot raise the scale of a blob from {int(scales.min())} to {scale}")
-    has_zero = (flags & 0x08) != 0
-    head = 3 + 8 * has_zero + 32 * ((flags & 0x10) != 0)
-    zero = np.zeros(n, np.int64)
-    if has_zero.any():
-        at = starts[has_zero] + 3
-        zero[has_zero] = buf[at[:, None] + np.arange(8)].copy().view("<u8").ravel()
-    group = (flags & 0x07) * 256 + scales + 128
-    groups: list[Pairs] = []
-    for key in np.unique(group).tolist():
-        members = np.flatnonzero(group == key)
-        dtype = codec.pair_dtype(key // 256)
-        body = lengths[members] - head[members]
-        if (body < 0).any() or (body % dtype.itemsize).any():
-            raise codec.DecodeError("damaged histogram blob: cut inside a bucket")
-        # The members' bodies: every byte of their blobs but the headers' (one pass).
-        first, last = starts[members], starts[members] + lengths[members]
-        if len(members) == n:
-            keep = np.ones(buf.size, dtype=bool)
-        else:  # inside [first, last) of a member: +1 at each first, -1 at each last
-            edge = np.zeros(buf.size + 1, np.int8)
-            edge[first] += 1
-            edge[last] -= 1
-            keep = np.cumsum(edge[:-1], dtype=np.int8) > 0
-        skip = head[members]
-        keep[np.repeat(first - (np.cumsum(skip) - skip), skip) + np.arange(int(skip.sum()))] \
-            = False
-        pairs = buf[keep].view(dtype)
-        groups.append(Pairs(
-            label=np.repeat(labels[members].astype(np.int32), body // dtype.itemsize),
-            index=pairs["i"].astype(np.int32) >> (key % 256 - 128 - scale),
-            count=pairs["c"]))
-    return groups, zero, scale
-
-
 def history(stores: Sequence[Store], selection: Selection, step: int,
             statistics: Sequence[str], moments: bool = True) -> Cells:
     """Per (target, op, step): counts, the statistics and, with ``moments``, sum, sum of
@@ -385,7 +322,7 @@ def _quantiles_at(scale: int, blobs, cell_of_row, n, count, c_min, c_max,
     out = {s: np.full(n, np.nan) for s in wanted}
     order = np.argsort(cell_of_row, kind="stable")
     cells = cell_of_row[order]
-    groups, zero_rows, _ = decode_blobs([blobs[i] for i in order.tolist()], cells, scale)
+    groups, zero_rows, _ = codec.decode_blobs([blobs[i] for i in order.tolist()], cells, scale)
     zero = np.bincount(cells, weights=zero_rows, minlength=n).astype(np.int64)
     present = [g for g in groups if g.index.size]
     lowest = min((int(g.index.min()) for g in present), default=0)
@@ -425,5 +362,5 @@ def raised(values: np.ndarray, stuck: np.ndarray) -> np.ndarray:
                     np.maximum(values, stuck))
 
 
-__all__ = ["Cells", "Pairs", "decode_blobs", "grouped", "histories", "history", "mean_of", "raised",
+__all__ = ["Cells", "grouped", "histories", "history", "mean_of", "raised",
            "selected_series"]

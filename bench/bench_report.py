@@ -18,6 +18,10 @@ RSS), the file's size, and the render: wall time from ``page.goto`` of the file 
 ``<body data-rendered>`` mark (set by its script once every figure is drawn), each in a fresh
 browser page, plus the script's own ``performance.now()`` at that mark (from navigation start).
 Medians of ``--runs`` runs.
+
+``--against TREE`` also times the generation by another source tree of the project (a
+checkout of an earlier commit: ``git worktree add /tmp/before COMMIT``), in the same rounds,
+alternating with this one, and prints the ratio: what a change gained, measured side by side.
 """
 
 from __future__ import annotations
@@ -125,17 +129,39 @@ def utc_now() -> str:
     return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
 
 
-def generate(db: Path, end: int, days: int, out: Path, config: Path) -> tuple[float, int]:
-    """Wall seconds and peak RSS (KiB) of one ``slowdown report`` process."""
+def generate(db: Path, end: int, days: int, out: Path, config: Path,
+             path: Path | None = None) -> tuple[float, int]:
+    """Wall seconds and peak RSS (KiB) of one ``slowdown report`` process (importing the
+    package from ``path`` first, if given)."""
     argv = ["/usr/bin/time", "-f", "%M", sys.executable, "-m", "slowdown.analysis.cli",
             "report", "--db", str(db), "--at", f"@{end}", "--since", f"{days}d", "-o", str(out)]
+    env = {**os.environ, "SLOWDOWN_CONFIG": str(config)}
+    if path is not None:
+        env["PYTHONPATH"] = str(path)
     began = time.perf_counter()
-    done = subprocess.run(argv, capture_output=True, text=True,
-                          env={**os.environ, "SLOWDOWN_CONFIG": str(config)})
+    done = subprocess.run(argv, capture_output=True, text=True, env=env)
     took = time.perf_counter() - began
     if done.returncode:
         raise SystemExit(f"slowdown report failed: {done.stderr[-2000:]}")
     return took, int(done.stderr.strip().splitlines()[-1])
+
+
+def importable(tree: Path, directory: Path) -> Path:
+    """A directory from which ``import slowdown`` takes the package of source ``tree`` (the
+    layout's ``slowdown.analysis = analysis``, ``slowdown.probe = probe``), ahead of the
+    installed one."""
+    for part in ("analysis", "probe"):
+        if not (tree / part / "__init__.py").is_file():
+            raise SystemExit(f"--against {tree}: no {part}/ package there")
+    package = directory / "against" / "slowdown"
+    package.mkdir(parents=True, exist_ok=True)
+    (package / "__init__.py").write_text("")
+    for part in ("analysis", "probe"):
+        link = package / part
+        if link.is_symlink():
+            link.unlink()
+        link.symlink_to(tree.resolve() / part)
+    return package.parent
 
 
 def render(browser, path: Path) -> tuple[float, int, list]:
@@ -163,6 +189,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=None)
     parser.add_argument("--quick", action="store_true", help="2 days, 3 runs")
     parser.add_argument("--rebuild", action="store_true")
+    parser.add_argument("--against", type=Path, metavar="TREE",
+                        help="also time the generation by this source tree, interleaved")
     args = parser.parse_args(argv)
     days = 2 if args.quick else 30
     runs = args.runs or (3 if args.quick else 7)
@@ -175,7 +203,14 @@ def main(argv: list[str] | None = None) -> int:
                           f'\n[[target]]\nname = "{t}"\npath = "{args.dir}/workspace/{t}"\n'
                           'data_size = "1GiB"\n' for t in TARGETS))
     out = args.dir / f"report-{days}d.html"
-    generated = [generate(db, info["end"], days, out, config) for _ in range(min(runs, 3))]
+    rounds = min(runs, 3) if args.against is None else runs
+    other = None if args.against is None else importable(args.against, args.dir)
+    generated, theirs = [], []
+    for _ in range(rounds):  # interleaved, so that both see the same machine
+        generated.append(generate(db, info["end"], days, out, config))
+        if other is not None:
+            theirs.append(generate(db, info["end"], days, args.dir / "against.html", config,
+                                   other))
     size = out.stat().st_size
     from playwright.sync_api import sync_playwright
 
@@ -210,6 +245,15 @@ def main(argv: list[str] | None = None) -> int:
     print(f"| generation, `slowdown report` ({len(gen)} runs) | {med(gen):.1f} s | "
           f"{min(gen):.1f}..{max(gen):.1f} s | | |")
     print(f"| generation, peak RSS | {rss / 1024:.0f} MiB | | | |")
+    if theirs:
+        was = [g[0] for g in theirs]
+        was_rss = max(g[1] for g in theirs)
+        print(f"| generation by {args.against} ({len(was)} runs, interleaved) | {med(was):.1f} s"
+              f" | {min(was):.1f}..{max(was):.1f} s | | |")
+        print(f"| generation by {args.against}, peak RSS | {was_rss / 1024:.0f} MiB | | | |")
+        ratios = [a / b for (a, _), (b, _) in zip(generated, theirs)]
+        print(f"| generation, this / {args.against} (per round) | {med(ratios):.2f} | "
+              f"{min(ratios):.2f}..{max(ratios):.2f} | | |")
     if problems:
         print(f"\nconsole messages or requests: {problems}")
         return 1

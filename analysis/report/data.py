@@ -34,7 +34,7 @@ from fnmatch import fnmatchcase
 
 import numpy as np
 
-from .. import series
+from .. import codec, series
 from ..mapping import MIN_SCALE
 from ..records import HOUR, MINUTE
 from ..stats import quantile_of
@@ -180,7 +180,7 @@ def _heatmap(grid: Grid, records: list[tuple[int, bytes]]) -> dict:
     """One series' heat map from its (start, histogram blob) records, at the coarsest scale
     among them, lowered until its latency range fits ``MAX_ROWS`` rows."""
     starts, blobs = zip(*records)
-    groups, zeros, scale = series.decode_blobs(list(blobs), np.arange(len(blobs)))
+    groups, zeros, scale = codec.decode_blobs(list(blobs), np.arange(len(blobs)))
     blob_of, index, count = (np.concatenate([getattr(g, f) for g in groups]).astype(np.int64)
                              for f in ("label", "index", "count"))
     column = grid.column(np.asarray(starts, dtype=np.int64))
