@@ -122,6 +122,45 @@ def test_history_in_several_processes_writes_the_bytes_of_one(calm_then_slow, tm
         assert (tmp_path / "out.csv").read_text() == alone, jobs
 
 
+def test_history_json_is_the_csv_as_one_document(calm_then_slow, monkeypatch):
+    """The JSON form holds the CSV's rows (NaN as null: a minute of skipped ticks only),
+    laid out as ``json.dumps(indent=2)`` lays out the whole document, whatever the block of
+    rows written at a time; an empty range is an empty list."""
+    from slowdown.analysis import commands
+    from slowdown.analysis.records import Record
+
+    with Store(calm_then_slow) as store:  # a minute with no completed op: no quantiles
+        store.write([Record("n1", "home", "md-stat", NOV + 120 * 60, Histogram(), skipped=60)])
+    base = ["history", "--db", str(calm_then_slow), "--at", "2026-11-01T02:01:00Z"]
+    args = [*base, "--since", "2h1m", "--stat", "median", "--stat", "q99", "--stat", "mean",
+            "--stat", "max"]
+    _, text = run(*args, "--format", "json")
+    doc = json.loads(text)
+    assert text == json.dumps(doc, indent=2) + "\n"
+    _, out = run(*args)
+    rows = list(csv.DictReader(io.StringIO(out)))
+    assert len(doc["rows"]) == len(rows) == 12 * 120 + 1
+    assert doc["step"] == 60 and doc["to"] - doc["from"] == 121 * 60
+    for got, want in zip(doc["rows"], rows):
+        assert list(got) == list(want)
+        for key, value in want.items():
+            if key in ("time", "target", "op"):
+                assert got[key] == value
+            elif value == "":
+                assert got[key] is None, key
+            else:
+                assert got[key] == pytest.approx(float(value), rel=1e-8), key
+    skipped = next(r for r in doc["rows"] if r["skipped"])
+    assert skipped["count"] == 0 and skipped["median"] is None and skipped["max"] is None
+    writer = commands._write_history_json
+    monkeypatch.setattr(commands, "_write_history_json",
+                        lambda *a: writer(*a, block=7))  # 1441 rows: many blocks
+    assert run(*args, "--format", "json")[1] == text
+    _, empty = run(*base, "--since", "2026-10-01", "--until", "2026-10-02", "--format", "json")
+    assert json.loads(empty)["rows"] == [] and empty == json.dumps(json.loads(empty),
+                                                                   indent=2) + "\n"
+
+
 def test_cluster_view_over_a_glob_of_host_files(tmp_path):
     raw = []
     for i in range(3):
