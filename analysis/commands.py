@@ -172,6 +172,8 @@ def history(ctx, dbs, targets, hosts, ops, at, since, until, every, statistics, 
     reader = cli.open_reader(ctx, dbs, targets, hosts, ops, at)
     start = minute_of(cli.parse_time_option(since, reader.now, "--since"))
     end = minute_of(cli.parse_time_option(until, reader.now, "--until"))
+    if start >= end:
+        raise click.BadParameter("must be at least a minute before --until", param_hint="--since")
     step = cli.parse_duration_option(every, "--every")
     if step < 60 or step % 60:
         raise click.BadParameter("must be whole minutes", param_hint="--every")

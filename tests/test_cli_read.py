@@ -183,6 +183,8 @@ def test_cluster_view_over_a_glob_of_host_files(tmp_path):
     (["--stat", "q150"], "--stat"),
     (["stats", "--since", "10x"], "--since"),
     (["history", "--every", "90s"], "--every"),
+    (["history", "--since", "2026-11-02", "--until", "2026-11-01"], "--since"),
+    (["stats", "--since", "1h", "--until", "2h"], "--since"),
     (["--accuracy", "200%"], "--accuracy"),
 ])
 def test_bad_values_name_the_flag(calm_then_slow, args, flag):
