@@ -120,6 +120,7 @@ def test_a_hung_target_reads_as_slow_and_never_delays_the_other(tmp_path):
         try:
             wait_for(lambda: database.with_name("slowdown.db.live.json").exists(), 15,
                      what="the live state")
+            first_tick = time.time()  # the live state appears just after the first tick
             started = live(database)["started"]
             time.sleep(3)
             hang_start = time.time()
@@ -148,9 +149,8 @@ def test_a_hung_target_reads_as_slow_and_never_delays_the_other(tmp_path):
                                  live(database)["targets"]["hung"]["in_flight"]), 10,
                      what="the second hang")
             # Stop after a minute with ticks in it is flushed, so that some minute ended before
-            # the stop. The first tick comes within two seconds of the start, maybe in the next
-            # minute (the run is ~55 s: most runs have crossed the boundary by now).
-            flushed = ((started + 2) // 60 + 1) * 60 + 2
+            # the stop (the run is ~55 s: most runs have crossed the boundary by now).
+            flushed = (int(first_tick) // 60 + 1) * 60 + 2
             time.sleep(max(0.0, flushed - time.time()))
             stopped_at = time.time()
             took, err = stop_service(proc, timeout=20)
