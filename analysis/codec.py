@@ -159,16 +159,20 @@ def decode_blobs(blobs: list[bytes], labels: np.ndarray, scale: int | None = Non
     lengths = np.fromiter(map(len, blobs), np.int64, n)
     buf = np.frombuffer(b"".join(blobs), np.uint8)
     starts = np.cumsum(lengths) - lengths
-    if n and ((lengths < 3).any() or (buf[starts] != VERSION).any()):
-        raise DecodeError("damaged histogram blob: bad header")
+    if n and (lengths < _HEAD.size).any():
+        _header(blobs[int(np.argmax(lengths < _HEAD.size))])  # raises, naming what is wrong
+    if n and (buf[starts] != VERSION).any():
+        _header(blobs[int(np.argmax(buf[starts] != VERSION))])
     flags = buf[starts + 1].astype(np.int64)
     scales = buf[starts + 2].view(np.int8).astype(np.int64)
     if scale is None:
         scale = int(scales.min()) if n else 5
     elif n and scale > int(scales.min()):
         raise ValueError(f"cannot raise the scale of a blob from {int(scales.min())} to {scale}")
-    has_zero = (flags & 0x08) != 0
-    head = 3 + 8 * has_zero + 32 * ((flags & 0x10) != 0)
+    has_zero = (flags & _FLAG_ZERO) != 0
+    head = _HEAD.size + _ZERO.size * has_zero + _MOMENTS.size * ((flags & _FLAG_MOMENTS) != 0)
+    if n and (lengths < head).any():  # a header cut short: its own message
+        _header(blobs[int(np.argmax(lengths < head))])
     zero = np.zeros(n, np.int64)
     if has_zero.any():
         at = starts[has_zero] + 3

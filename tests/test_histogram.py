@@ -224,6 +224,26 @@ def test_invalid_scale_and_quantile():
         build([1.0]).downscale(6)
 
 
+@pytest.mark.parametrize("damaged", [
+    bytes([1, 0x08, 5, 0, 0]),  # zero count announced, cut short
+    bytes([1, 0x10, 5]) + bytes(20),  # moments announced, cut short
+    bytes([2, 0, 5, 1, 1]),  # a newer encoding
+    bytes([1, 0]),  # no room for a header
+    bytes([1, 0, 5, 1, 1]),  # cut inside a bucket (a pair is 3 bytes)
+])
+@pytest.mark.parametrize("where", [0, -1])
+def test_a_damaged_blob_among_many_says_what_one_blob_alone_says(damaged, where):
+    """The vector path (many blobs) names the damage as decoding that blob alone does."""
+    good = codec.encode(build([0.001, 0.002, 0.004]), moments=False)
+    blobs = [good] * 300
+    blobs[where] = damaged
+    with pytest.raises(codec.DecodeError) as alone:
+        codec.decode(damaged)
+    with pytest.raises(codec.DecodeError) as among:
+        codec.merge_blobs(blobs)
+    assert str(among.value) == str(alone.value)
+
+
 @settings(max_examples=100, deadline=None)
 @given(st.lists(st.tuples(latency_samples(), st.integers(min_value=2, max_value=6)),
                 min_size=1, max_size=8))
