@@ -177,7 +177,8 @@ def history(ctx, dbs, targets, hosts, ops, at, since, until, every, statistics, 
     step = cli.parse_duration_option(every, "--every")
     if step < 60 or step % 60:
         raise click.BadParameter("must be whole minutes", param_hint="--every")
-    stats_ = [cli.parse_statistic_option(s) for s in statistics] or ["median", "q90", "q95", "q99"]
+    stats_ = list(dict.fromkeys(cli.parse_statistic_option(s) for s in statistics)) or \
+        ["median", "q90", "q95", "q99"]  # a statistic named twice is one column
     headline = reader.config.statistics[0] if reader.config.statistics[0] in stats_ else \
         stats_[0]
     names = ["time", "target", "op", "count", "errors", "skipped", "stuck", *stats_,

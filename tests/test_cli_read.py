@@ -161,6 +161,14 @@ def test_history_json_is_the_csv_as_one_document(calm_then_slow, monkeypatch):
                                                                    indent=2) + "\n"
 
 
+def test_a_statistic_named_twice_is_one_column(calm_then_slow):
+    args = ["history", "--db", str(calm_then_slow), "--at", AT, "--since", "10m"]
+    once, twice = run(*args, "--stat", "q99"), run(*args, "--stat", "q99", "--stat", "q99")
+    assert once == twice and once[1].splitlines()[0].split(",").count("q99") == 1
+    text = run(*args, "--stat", "q99", "--stat", "q99", "--format", "json")[1]
+    assert text.count('"q99":') == len(json.loads(text)["rows"]) == 12 * 10
+
+
 def test_cluster_view_over_a_glob_of_host_files(tmp_path):
     raw = []
     for i in range(3):

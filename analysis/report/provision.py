@@ -168,7 +168,7 @@ def per_node_figures(stores: Sequence[Store], selection: Selection) -> dict[tupl
 
     out = {}
     for pair, rows in series.grouped(stores, selection, "r.count, r.sum", ("minutes",)):
-        counts, sums = np.array(rows, dtype=np.float64).T  # a NULL sum is NaN: no figure
+        counts, sums = np.array(rows, dtype=np.float64).T  # a NULL sum (NaN) counts as 0 ops/s
         with np.errstate(divide="ignore", invalid="ignore"):
             out[pair] = np.where((counts > 0) & (sums > 0), counts / sums, 0.0)
     return out
