@@ -386,6 +386,26 @@ def test_hour_records_make_hour_columns(tmp_path):
     assert d["minutes"] == 120  # per-node figures come from minute records only
 
 
+def test_each_heat_map_takes_the_scale_of_its_own_records(tmp_path):
+    """A minute stored at a coarse scale (a hang beside fast answers) coarsens the heat map of
+    its own op, not the others', and every op's counts stay whole."""
+    path = tmp_path / "scales.db"
+    fill(path, NOV, 30, lognormal(0.001, 0.3), ops=("md-stat", "md-read"))
+    coarse = Histogram()
+    coarse.record_many(np.random.default_rng(3).lognormal(np.log(0.001), 0.3, 60))
+    coarse.downscale(2)
+    with Store(path) as store:
+        store.write([Record("n9", "work", "md-read", NOV + 10 * 60, coarse)])
+    out = tmp_path / "r.html"
+    code, text = run("report", "--db", path, "--at", "2026-11-01T00:30:00Z", "--since", "30m",
+                     "-o", out)
+    assert code == 0, text
+    figures = html_figures(out)
+    stat, read = figures["heatmap-work-md-stat"], figures["heatmap-work-md-read"]
+    assert (stat["scale"], read["scale"]) == (5, 2)
+    assert stat["total"] == 30 * 60 and read["total"] == 31 * 60
+
+
 def png_size(data: bytes) -> tuple[int, int]:
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and data[12:16] == b"IHDR"
     return struct.unpack(">II", data[16:24])

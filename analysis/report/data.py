@@ -16,10 +16,11 @@ the report and ``slowdown history`` show the same numbers.
 - **Percentiles** (per op): median, q90, q95, q99 and max of each column's merged histogram,
   raised to the column's longest stuck age, as ``slowdown history``.
 - **Heat map** (per op): the count of ops per column and latency bucket. Buckets are those
-  of the stored histograms, coarsened (scale lowered, each coarse bucket the union of
-  ``2**k`` fine ones) until the op's latency range fits ``MAX_ROWS`` rows: constant relative
-  width, so finer at low latency. Values at or below 0 (none in practice) count in the
-  lowest row. The counts add up to the number of ops recorded.
+  of the op's stored histograms (at the coarsest scale among its records), coarsened (scale
+  lowered, each coarse bucket the union of ``2**k`` fine ones) until the op's latency range
+  fits ``MAX_ROWS`` rows: constant relative width, so finer at low latency. Values at or
+  below 0 (none in practice) count in the lowest row. The counts add up to the number of ops
+  recorded.
 - **"X or better"** (per op): the per-minute throughput of each (host, minute) record
   (``provision.per_node_figures``) sorted from best to worst: the value at fraction ``f`` is
   the throughput that a fraction ``f`` of the minutes reached or beat.
