@@ -346,12 +346,16 @@ def html_figures(path: Path) -> dict[str, dict]:
     return {fig_id: json.loads(html.unescape(text)) for fig_id, text in found}
 
 
-def test_a_window_shorter_than_a_column_shows_each_columns_worst(db, tmp_path):
-    out = tmp_path / "long.html"
-    code, text = run("report", "--db", db, "--at", "2026-11-02T02:00:00Z", "--since", "2d",
-                     "--target", "work", "--op", "md-*", "-o", out)
+def report_figures(path: Path, out: Path, at: str, since: str, *args: str) -> dict[str, dict]:
+    """The figures of ``slowdown report`` of database ``path`` written to ``out``."""
+    code, text = run("report", "--db", path, "--at", at, "--since", since, *args, "-o", out)
     assert code == 0, text
-    d = html_figures(out)["timeline-work"]
+    return html_figures(out)
+
+
+def test_a_window_shorter_than_a_column_shows_each_columns_worst(db, tmp_path):
+    d = report_figures(db, tmp_path / "long.html", "2026-11-02T02:00:00Z", "2d", "--target",
+                       "work", "--op", "md-*")["timeline-work"]
     assert d["step"] == 120 and d["t0"] == NOV - 86400 + 7200
     (one,) = [s for s in d["series"] if s["window"] == 60 and s["statistic"] == "median"]
     assert one["reduced"] and one["step"] == 120
@@ -373,11 +377,7 @@ def test_hour_records_make_hour_columns(tmp_path):
     fill(path, NOV, 240, lognormal(0.001, 0.3), ops=("md-stat",))
     with Store(path) as store:
         assert store.rollup(NOV + 2 * 3600) == 120  # the first two hours become hour records
-    out = tmp_path / "r.html"
-    code, text = run("report", "--db", path, "--at", "2026-11-01T04:00:00Z", "--since", "4h",
-                     "-o", out)
-    assert code == 0, text
-    figures = html_figures(out)
+    figures = report_figures(path, tmp_path / "r.html", "2026-11-01T04:00:00Z", "4h")
     heat, pct = figures["heatmap-work-md-stat"], figures["percentiles-work-md-stat"]
     assert heat["step"] == pct["step"] == 3600 and heat["columns"] == 4
     assert heat["total"] == sum(pct["count"]) == 240 * 60
@@ -396,11 +396,7 @@ def test_each_heat_map_takes_the_scale_of_its_own_records(tmp_path):
     coarse.downscale(2)
     with Store(path) as store:
         store.write([Record("n9", "work", "md-read", NOV + 10 * 60, coarse)])
-    out = tmp_path / "r.html"
-    code, text = run("report", "--db", path, "--at", "2026-11-01T00:30:00Z", "--since", "30m",
-                     "-o", out)
-    assert code == 0, text
-    figures = html_figures(out)
+    figures = report_figures(path, tmp_path / "r.html", "2026-11-01T00:30:00Z", "30m")
     stat, read = figures["heatmap-work-md-stat"], figures["heatmap-work-md-read"]
     assert (stat["scale"], read["scale"]) == (5, 2)
     assert stat["total"] == 30 * 60 and read["total"] == 31 * 60
