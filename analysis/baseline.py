@@ -204,7 +204,6 @@ class BaselineBook:
         self.rows: list[Baseline] = []
         for store in self.stores[:1]:
             self.rows = load(store)
-        self._cache: dict[tuple, tuple[float, int] | None] = {}
         self._aggregates: dict[tuple[str, str, int, int], Aggregate] = {}
         self._first: dict[tuple[str, str], int | None] = {}
 
@@ -217,14 +216,11 @@ class BaselineBook:
         return found
 
     def _merged(self, target: str, op: str, statistic: str, start: int, end: int):
-        key = (target, op, statistic, start, end)
-        if key not in self._cache:
-            span = (target, op, start, end)  # one merge for every statistic of a span
-            if span not in self._aggregates:
-                self._aggregates[span] = _completed(self.stores, target, op, start, end)
-            rows = _estimates(self._aggregates[span], [statistic])
-            self._cache[key] = (rows[0][1], rows[0][2]) if rows else None
-        return self._cache[key]
+        span = (target, op, start, end)  # one merge for every statistic of a span
+        if span not in self._aggregates:
+            self._aggregates[span] = _completed(self.stores, target, op, start, end)
+        rows = _estimates(self._aggregates[span], [statistic])
+        return (rows[0][1], rows[0][2]) if rows else None
 
     def _first_minute(self, target: str, op: str) -> int | None:
         key = (target, op)

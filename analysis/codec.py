@@ -183,7 +183,7 @@ def decode_blobs(blobs: list[bytes], labels: np.ndarray, scale: int | None = Non
         members = np.flatnonzero(group == key)
         dtype = pair_dtype(key // 256)
         body = lengths[members] - head[members]
-        if (body < 0).any() or (body % dtype.itemsize).any():
+        if (body % dtype.itemsize).any():  # (every header is whole: checked above)
             raise DecodeError("damaged histogram blob: cut inside a bucket")
         # The members' bodies: every byte of their blobs but the headers' (one pass).
         first, last = starts[members], starts[members] + lengths[members]

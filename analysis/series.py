@@ -175,8 +175,7 @@ def histories(stores: Sequence[Store], selection: Selection, steps: Sequence[int
         first = 0
         for _, records in grouped(stores, selection, "r.min, r.max, r.hist"):
             blobs = [r[2] for r in records]
-            low_high = np.array([r[:2] for r in records], np.float64).T \
-                if any(m.extremes for m in merges) else None
+            low_high = None if moments else np.array([r[:2] for r in records], np.float64).T
             for m in merges:
                 m.add(first, blobs, low_high)
             first += len(records)
@@ -263,17 +262,17 @@ class _Merge:
     def __init__(self, cell_of_row: np.ndarray, count: np.ndarray, c_min: np.ndarray | None,
                  c_max: np.ndarray | None, statistics: Sequence[str]):
         n = len(count)
-        self.extremes = c_min is None or c_max is None
-        if c_min is None or c_max is None:
+        if c_min is None or c_max is None:  # found from the records' min and max in ``add``
             c_min, c_max = np.full(n, np.inf), np.full(n, -np.inf)
         self.cell_of_row, self.count, self.c_min, self.c_max = cell_of_row, count, c_min, c_max
         self.statistics = statistics
         self.out: dict[str, np.ndarray] = {}
 
     def add(self, first: int, blobs: list[bytes], low_high: np.ndarray | None) -> None:
-        """The records ``first`` on, of one (target, op): their histograms and min and max."""
+        """The records ``first`` on, of one (target, op): their histograms, and their min and
+        max where the cells' were not given."""
         cells = self.cell_of_row[first:first + len(blobs)]
-        if self.extremes and low_high is not None:
+        if low_high is not None:
             low, high = low_high
             np.minimum.at(self.c_min, cells, _filled(low, np.inf))
             np.maximum.at(self.c_max, cells, _filled(high, -np.inf))
