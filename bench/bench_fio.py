@@ -48,7 +48,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLES = ROOT.parent / "shared" / "data" / "fio"
 FIOLOGPARSER = Path("/usr/share/doc/fio/fiologparser_hist.py.gz")
-SLOWDOWN = "import sys; from slowdown.analysis.cli import main; sys.exit(main())"
+SLOWDOWN = "import sys; from slowdown.analysis.cli.main import main; sys.exit(main())"
 LAT_GOAL_S = 3.0
 RATIO_GOAL = 10.0
 
@@ -223,8 +223,8 @@ def bench_latencies(work: Path, runs: int, total: int, files: int, iops: int,
 def start_floors(runs: int) -> dict[str, Run]:
     """What each tool spends before it reads a line: the interpreter and its imports."""
     return {
-        "import-fio": median_run([sys.executable, "-c", "import slowdown.analysis.cli, "
-                                  "slowdown.analysis.fio.cli, numpy"], runs),
+        "import-fio": median_run([sys.executable, "-c", "import slowdown.analysis.cli.main, "
+                                  "slowdown.analysis.cli.import_fio, numpy"], runs),
         "fiologparser_hist.py": median_run([sys.executable, "-c", "import pandas, numpy"],
                                            runs),
     }

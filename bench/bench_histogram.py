@@ -39,11 +39,10 @@ from typing import Any
 
 import numpy as np
 
-from slowdown.analysis import codec
-from slowdown.analysis.buckets import sum_arrays
-from slowdown.analysis.histogram import Histogram
-from slowdown.analysis.records import MINUTE, Record
+from slowdown.analysis.histogram import Histogram, codec
+from slowdown.analysis.histogram.buckets import sum_arrays
 from slowdown.analysis.store import Selection, Store
+from slowdown.analysis.store.records import MINUTE, Record
 
 try:
     import ddsketch

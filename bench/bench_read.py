@@ -50,10 +50,10 @@ from pathlib import Path
 import numpy as np
 
 import slowdown.analysis
-from slowdown.analysis import baseline, schema
 from slowdown.analysis.histogram import Histogram
-from slowdown.analysis.records import MINUTE, Record
-from slowdown.analysis.store import Store
+from slowdown.analysis.stats import baseline
+from slowdown.analysis.store import Store, schema
+from slowdown.analysis.store.records import MINUTE, Record
 
 T0 = 1_767_225_600  # 2026-01-01T00:00:00Z, start of the data
 DAY = 86400

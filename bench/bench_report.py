@@ -39,10 +39,10 @@ from pathlib import Path
 
 import numpy as np
 
-from slowdown.analysis import baseline, schema
 from slowdown.analysis.histogram import Histogram
-from slowdown.analysis.records import MINUTE, NodeContext, Record
-from slowdown.analysis.store import Store
+from slowdown.analysis.stats import baseline
+from slowdown.analysis.store import Store, schema
+from slowdown.analysis.store.records import MINUTE, NodeContext, Record
 
 T0 = 1_767_225_600  # 2026-01-01T00:00:00Z
 DAY = 86400

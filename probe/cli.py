@@ -30,9 +30,8 @@ from slowdown.analysis.config import (
 )
 from slowdown.analysis.config import default_config as _default_config
 from slowdown.analysis.units import format_duration, format_size, parse_duration
-
-from .dropin import systemd_dropin
-from .workspace_cli import cleanup_command, prepare_command
+from slowdown.probe.dropin import systemd_dropin
+from slowdown.probe.workspace_cli import cleanup_command, prepare_command
 
 EXIT_CONFIG_ERROR = 2
 
@@ -163,8 +162,8 @@ def describe_config(config: Config, environ: Mapping[str, str] = os.environ) -> 
 @pass_probe_context
 def run(probe: ProbeContext, duration: str | None, prepare_first: bool, verbose: bool) -> None:
     """Run the probing service (in the foreground; systemd runs it as a notify service)."""
-    from . import logs
-    from .service import run_service
+    from slowdown.probe import logs
+    from slowdown.probe.service import run_service
 
     seconds = None
     if duration is not None:
@@ -181,7 +180,7 @@ def run(probe: ProbeContext, duration: str | None, prepare_first: bool, verbose:
             log.error("%s", single)
         raise click.exceptions.Exit(EXIT_CONFIG_ERROR) from None
     if prepare_first:
-        from .workspace import WorkspaceError, prepare
+        from slowdown.probe.workspace import WorkspaceError, prepare
 
         for target in config.targets:
             try:

@@ -21,7 +21,7 @@ import os
 import random
 from pathlib import Path
 
-from .manifest import BLOCK_SIZE
+from slowdown.probe.manifest import BLOCK_SIZE
 
 DIRECT = "direct"
 FADVISE = "fadvise"

@@ -31,7 +31,7 @@ from pathlib import Path
 from time import perf_counter_ns
 from typing import NamedTuple, Optional
 
-from .manifest import (
+from slowdown.probe.manifest import (
     POOL_NAME,
     STATUS_NAME,
     ManifestError,

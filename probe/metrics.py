@@ -9,7 +9,7 @@ answers in its own threads from memory only:
   tick job into an immutable snapshot, which a scrape only reads (an op stuck at the last
   tick keeps ageing in the answer, so the stuck age grows even between ticks);
 - the slowdown gauges are computed once a minute after the flush, from the service's own
-  database (``slowdown.analysis.slowdown``), never while a scrape waits.
+  database (``slowdown.analysis.stats.slowdown``), never while a scrape waits.
 
 Latency histograms are classic Prometheus histograms whose ``le`` bounds are edges of the
 store's exponential bucket scheme at scale ``EXPORT_SCALE`` (bounds ``2 ** (k / 2)``, from
@@ -31,17 +31,16 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.process_collector import ProcessCollector
 
-from slowdown.analysis.baseline import BaselineBook
 from slowdown.analysis.histogram import mapping_for
-from slowdown.analysis.records import NodeContext
-from slowdown.analysis.slowdown import op_slowdown, window_selection
+from slowdown.analysis.stats.baseline import BaselineBook
+from slowdown.analysis.stats.slowdown import op_slowdown, window_selection
 from slowdown.analysis.store import Store, aggregate
+from slowdown.analysis.store.records import NodeContext
 from slowdown.analysis.units import format_duration
-
-from .worker import OPS
+from slowdown.probe.worker import OPS
 
 if TYPE_CHECKING:
-    from .service import Service
+    from slowdown.probe.service import Service
 
 log = logging.getLogger(__name__)
 

@@ -6,7 +6,7 @@ import os
 
 import psutil
 
-from slowdown.analysis.records import NodeContext
+from slowdown.analysis.store.records import NodeContext
 
 
 class NodeSampler:

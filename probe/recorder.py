@@ -21,8 +21,8 @@ import time
 from collections.abc import Callable, Iterable
 
 from slowdown.analysis.histogram import Histogram
-from slowdown.analysis.records import MINUTE, NodeContext, Record, minute_of
 from slowdown.analysis.store import Store
+from slowdown.analysis.store.records import MINUTE, NodeContext, Record, minute_of
 
 log = logging.getLogger(__name__)
 

@@ -26,9 +26,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .progress import Position, Progress
-from .recorder import Recorder
-from .worker import OPS
+from slowdown.probe.progress import Position, Progress
+from slowdown.probe.recorder import Recorder
+from slowdown.probe.worker import OPS
 
 log = logging.getLogger(__name__)
 

@@ -32,16 +32,15 @@ from apscheduler.executors.pool import ThreadPoolExecutor
 from apscheduler.schedulers.background import BackgroundScheduler
 from apscheduler.triggers.interval import IntervalTrigger
 
-from slowdown.analysis import baseline, schema
 from slowdown.analysis.alerts import ServiceAlerts
 from slowdown.analysis.config import Config
-from slowdown.analysis.records import MINUTE, minute_of
-from slowdown.analysis.store import Store
-
-from .node import NodeSampler
-from .notify import Notifier
-from .recorder import CLOCK_STEP, Recorder
-from .runner import TargetRunner
+from slowdown.analysis.stats import baseline
+from slowdown.analysis.store import Store, schema
+from slowdown.analysis.store.records import MINUTE, minute_of
+from slowdown.probe.node import NodeSampler
+from slowdown.probe.notify import Notifier
+from slowdown.probe.recorder import CLOCK_STEP, Recorder
+from slowdown.probe.runner import TargetRunner
 
 log = logging.getLogger(__name__)
 
@@ -89,7 +88,7 @@ class Service:
         self.alerts: ServiceAlerts | None = None  # rules evaluated after each minute flush
         self.metrics = None  # the Prometheus endpoint, only when configured
         if config.metrics is not None:
-            from .metrics import ServiceMetrics
+            from slowdown.probe.metrics import ServiceMetrics
 
             self.metrics = ServiceMetrics(self)
         self.scheduler = BackgroundScheduler(

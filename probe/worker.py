@@ -38,7 +38,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
-from .progress import Progress
+from slowdown.probe.progress import Progress
 
 DATA_READ = "data-read"
 DATA_WRITE = "data-write"
@@ -77,9 +77,9 @@ class Probes:
         self.md = None
 
     def _open(self) -> None:
-        from .data_probe import DataProbe
-        from .md_probe import MdProbe
-        from .workspace import check_workspace
+        from slowdown.probe.data_probe import DataProbe
+        from slowdown.probe.md_probe import MdProbe
+        from slowdown.probe.workspace import check_workspace
 
         if self.md is None or self.data is None:  # never through a symlink, nor another's
             check_workspace(self.workspace)

@@ -35,8 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 from slowdown.analysis.config import PSEUDO_FS, SYSTEM_DIRS
 from slowdown.analysis.units import format_size
-
-from .manifest import (
+from slowdown.probe.manifest import (
     BLOCK_SIZE,
     DATA_NAME,
     MANIFEST_NAME,
@@ -51,7 +50,7 @@ from .manifest import (
     write_manifest,
     write_status,
 )
-from .md_probe import PoolLayout, object_index
+from slowdown.probe.md_probe import PoolLayout, object_index
 
 if TYPE_CHECKING:
     from rich.console import Console

@@ -15,9 +15,8 @@ from typing import Any
 import click
 
 from slowdown.analysis.units import format_size
-
-from .manifest import ManifestError
-from .workspace import WorkspaceError, cleanup, describe, prepare
+from slowdown.probe.manifest import ManifestError
+from slowdown.probe.workspace import WorkspaceError, cleanup, describe, prepare
 
 
 def _config(ctx: click.Context) -> Any:

@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 
 from slowdown.analysis.histogram import Histogram
-from slowdown.analysis.records import Record
 from slowdown.analysis.store import Store
+from slowdown.analysis.store.records import Record
 
 OPS = ("data-read", "data-write", "md-stat", "md-read", "md-delete", "md-write")
 

@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from slowdown.analysis.readside import read_live
+from slowdown.analysis.cli.scope import read_live
 from slowdown.analysis.store import Selection, Store
 
 

@@ -588,7 +588,7 @@ def test_the_test_message_goes_through_the_real_actions_from_the_command_line(we
                                                                              tmp_path):
     from click.testing import CliRunner
 
-    from slowdown.analysis.alerts.cli import alerts
+    from slowdown.analysis.cli.alerts import alerts
 
     out = tmp_path / "calls.jsonl"
     config = rules_config(tmp_path, f'[{{ type = "webhook", url = "{webhook.url}" }}, '

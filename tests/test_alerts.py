@@ -16,15 +16,15 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from slowdown.analysis import baseline
 from slowdown.analysis.alerts import ServiceAlerts, evaluate, load_states
-from slowdown.analysis.alerts.cli import alerts as alerts_command
 from slowdown.analysis.alerts.rules import Observation
 from slowdown.analysis.alerts.state import AlertState, step
+from slowdown.analysis.cli.alerts import alerts as alerts_command
 from slowdown.analysis.config import Config, loads
 from slowdown.analysis.histogram import Histogram
-from slowdown.analysis.records import Record
+from slowdown.analysis.stats import baseline
 from slowdown.analysis.store import Store
+from slowdown.analysis.store.records import Record
 from tests.datakit import fill, lognormal, utc
 from tests.test_alert_actions import WebhookReceiver, calls, recorder_program, wait_until
 

@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from slowdown.analysis import baseline
-from slowdown.analysis.cli import main
+from slowdown.analysis.cli.main import main
 from slowdown.analysis.histogram import Histogram
+from slowdown.analysis.stats import baseline
 from slowdown.analysis.store import Store
 from tests.datakit import fill, lognormal, utc
 
@@ -126,8 +126,8 @@ def test_history_json_is_the_csv_as_one_document(calm_then_slow, monkeypatch):
     """The JSON form holds the CSV's rows (NaN as null: a minute of skipped ticks only),
     laid out as ``json.dumps(indent=2)`` lays out the whole document, whatever the block of
     rows written at a time; an empty range is an empty list."""
-    from slowdown.analysis import commands
-    from slowdown.analysis.records import Record
+    from slowdown.analysis.cli import commands
+    from slowdown.analysis.store.records import Record
 
     with Store(calm_then_slow) as store:  # a minute with no completed op: no quantiles
         store.write([Record("n1", "home", "md-stat", NOV + 120 * 60, Histogram(), skipped=60)])

@@ -13,7 +13,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from slowdown.analysis import csvtext
+from slowdown.analysis.cli import csvtext
 
 
 def cells(column: csvtext.Column, n: int, block: int = csvtext.BLOCK) -> list[str]:

@@ -18,8 +18,8 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
+from slowdown.analysis.cli.import_fio import import_fio
 from slowdown.analysis.fio import FioLogError, histlog
-from slowdown.analysis.fio.cli import import_fio
 from slowdown.analysis.fio.histlog import HistLog, RawBlock, TextBlocks, parse_block
 from slowdown.analysis.fio.latlog import LatLog
 from slowdown.analysis.fio.layout import Layout, fine_index

@@ -32,7 +32,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from slowdown.analysis.fio.cli import import_fio
+from slowdown.analysis.cli.import_fio import import_fio
 from slowdown.analysis.fio.layout import Layout
 from slowdown.analysis.store import Selection, Store
 from tests.faultfs.realfs import ext4_image

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from slowdown.analysis import forked
+from slowdown.analysis.cli import parallel as forked
 from slowdown.analysis.store import StoreError
 
 

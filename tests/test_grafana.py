@@ -20,12 +20,12 @@ from urllib.parse import parse_qsl
 import numpy as np
 import pytest
 
-from slowdown.analysis import baseline, codec, schema
-from slowdown.analysis.baseline import BaselineBook
-from slowdown.analysis.histogram import Histogram, mapping_for
-from slowdown.analysis.records import HOUR, NodeContext, Record
-from slowdown.analysis.slowdown import target_slowdowns
-from slowdown.analysis.store import Selection, Store, derived
+from slowdown.analysis.histogram import Histogram, codec, mapping_for
+from slowdown.analysis.stats import baseline
+from slowdown.analysis.stats.baseline import BaselineBook
+from slowdown.analysis.stats.slowdown import target_slowdowns
+from slowdown.analysis.store import Selection, Store, derived, schema
+from slowdown.analysis.store.records import HOUR, NodeContext, Record
 from slowdown.probe.metrics import bucket_bounds
 from tests.datakit import fill, lognormal, utc
 

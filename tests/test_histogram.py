@@ -10,9 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from slowdown.analysis import codec
-from slowdown.analysis.histogram import Histogram, rank
-from slowdown.analysis.mapping import ExponentialMapping
+from slowdown.analysis.histogram import Histogram, codec, rank
+from slowdown.analysis.histogram.mapping import ExponentialMapping
 
 # Latencies from 1 us to 1000 s, as seconds.
 latency = st.floats(min_value=1e-6, max_value=1e3, allow_nan=False, allow_infinity=False)

@@ -14,10 +14,10 @@ import pytest
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from slowdown.analysis.baseline import BaselineBook
 from slowdown.analysis.config import loads
 from slowdown.analysis.histogram import Histogram, mapping_for
-from slowdown.analysis.slowdown import target_slowdowns
+from slowdown.analysis.stats.baseline import BaselineBook
+from slowdown.analysis.stats.slowdown import target_slowdowns
 from slowdown.analysis.store import Store
 from slowdown.probe.metrics import EXPORT_SCALE, bucket_bounds
 from slowdown.probe.service import Service

@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from slowdown.analysis.cli import main
+from slowdown.analysis.cli.main import main
 from slowdown.analysis.histogram import Histogram
-from slowdown.analysis.records import Record
 from slowdown.analysis.report.provision import Goal, estimate, parse_goal, per_node_figures
 from slowdown.analysis.store import Selection, Store
+from slowdown.analysis.store.records import Record
 from tests.datakit import utc
 
 NOV = utc(2026, 11, 1)

@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 from slowdown.analysis.histogram import Histogram
-from slowdown.analysis.records import NodeContext
+from slowdown.analysis.store.records import NodeContext
 from slowdown.probe.recorder import Recorder
 from tests.datakit import fill as fill_database
 from tests.datakit import lognormal

@@ -30,10 +30,10 @@ from click.testing import CliRunner
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from slowdown.analysis import schema
-from slowdown.analysis.cli import main as read_main
+from slowdown.analysis.cli.import_fio import import_fio
+from slowdown.analysis.cli.main import main as read_main
 from slowdown.analysis.config import ConfigError, loads
-from slowdown.analysis.fio.cli import import_fio
+from slowdown.analysis.store import schema
 from slowdown.analysis.units import parse_duration
 from slowdown.probe.cli import main as probe_main
 from tests.datakit import fill, lognormal

@@ -23,12 +23,12 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from slowdown.analysis import baseline
-from slowdown.analysis.cli import main
+from slowdown.analysis.cli.main import main
 from slowdown.analysis.histogram import Histogram
-from slowdown.analysis.records import NodeContext, Record
 from slowdown.analysis.report.provision import estimate, per_node_figures
+from slowdown.analysis.stats import baseline
 from slowdown.analysis.store import Selection, Store
+from slowdown.analysis.store.records import NodeContext, Record
 from tests.datakit import OPS, fill, lognormal, utc
 
 CHROMIUM = "/usr/bin/chromium"
@@ -466,7 +466,7 @@ def test_an_unwritable_output_is_named(db, tmp_path, where):
 
 
 def test_a_failed_write_leaves_no_partial_file(db, tmp_path, monkeypatch):
-    import slowdown.analysis.report.cli as report_cli
+    import slowdown.analysis.cli.report as report_cli
 
     out = tmp_path / "r.html"
     out.write_text("an earlier report\n")

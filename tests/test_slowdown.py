@@ -8,13 +8,13 @@ import math
 import numpy as np
 import pytest
 
-from slowdown.analysis import baseline, series
-from slowdown.analysis.baseline import BaselineBook
 from slowdown.analysis.histogram import Histogram, rank
-from slowdown.analysis.records import Aggregate, Record
-from slowdown.analysis.slowdown import accurate_window, op_slowdown, target_slowdowns
-from slowdown.analysis.stats import estimate, quantile_ranks
+from slowdown.analysis.stats import baseline, series
+from slowdown.analysis.stats.baseline import BaselineBook
+from slowdown.analysis.stats.slowdown import accurate_window, op_slowdown, target_slowdowns
+from slowdown.analysis.stats.window import estimate, quantile_ranks
 from slowdown.analysis.store import Selection, Store, aggregate
+from slowdown.analysis.store.records import Aggregate, Record
 from tests.datakit import fill, lognormal, utc
 
 NOV = utc(2026, 11, 1)

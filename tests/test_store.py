@@ -12,10 +12,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from slowdown.analysis import schema
 from slowdown.analysis.histogram import Histogram
-from slowdown.analysis.records import HOUR, Record
-from slowdown.analysis.store import Selection, Store, StoreError, aggregate, open_readers
+from slowdown.analysis.store import Selection, Store, StoreError, aggregate, open_readers, schema
+from slowdown.analysis.store.records import HOUR, Record
 
 T0 = 1_767_225_600  # 2026-01-01T00:00:00Z
 OPS = ("data-read", "data-write", "md-stat", "md-read", "md-delete", "md-write")
@@ -173,7 +172,7 @@ def test_missing_files_and_empty_globs_are_errors(tmp_path):
 WRITER = """
 import sys, numpy as np
 from slowdown.analysis.store import Store
-from slowdown.analysis.records import Record
+from slowdown.analysis.store.records import Record
 from slowdown.analysis.histogram import Histogram
 store = Store(sys.argv[1])
 rng = np.random.default_rng(0)

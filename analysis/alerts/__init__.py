@@ -18,15 +18,25 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 
+from slowdown.analysis.alerts.actions import Result, describe
+from slowdown.analysis.alerts.dispatch import (
+    BACKOFF,
+    MAX_RUNNING,
+    Dispatcher,
+    deliver_with_deadline,
+)
+from slowdown.analysis.alerts.notification import Notification
+from slowdown.analysis.alerts.rules import (
+    Evaluator,
+    Observation,
+    level_of,
+    lowest_threshold,
+    subjects,
+)
+from slowdown.analysis.alerts.state import AlertState, Transition, apply, load_states, log_attempt
 from slowdown.analysis.config import AlertRule, Config
-from slowdown.analysis.records import minute_of
 from slowdown.analysis.store import Store
-
-from .actions import Result, describe
-from .dispatch import BACKOFF, MAX_RUNNING, Dispatcher, deliver_with_deadline
-from .notification import Notification
-from .rules import Evaluator, Observation, level_of, lowest_threshold, subjects
-from .state import AlertState, Transition, apply, load_states, log_attempt
+from slowdown.analysis.store.records import minute_of
 
 __all__ = [
     "AlertState",

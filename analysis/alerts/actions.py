@@ -30,9 +30,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from slowdown.analysis.alerts.notification import Notification, TemplateError, expand
 from slowdown.analysis.config import ActionConfig
-
-from .notification import Notification, TemplateError, expand
 
 OUTPUT_LIMIT = 2000  # characters of a program's output or a response kept in the log
 KILL_WAIT = 5.0  # seconds to wait for a killed process group's leader to be reaped

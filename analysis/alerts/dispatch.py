@@ -32,12 +32,11 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from slowdown.analysis.alerts.actions import ProcessGroups, Result, deliver, describe
+from slowdown.analysis.alerts.notification import Notification
+from slowdown.analysis.alerts.state import log_attempt
 from slowdown.analysis.config import ActionConfig, AlertRule, Config
 from slowdown.analysis.store import Store, StoreError
-
-from .actions import ProcessGroups, Result, deliver, describe
-from .notification import Notification
-from .state import log_attempt
 
 log = logging.getLogger(__name__)
 

@@ -20,11 +20,11 @@ from dataclasses import dataclass, field, replace
 from fnmatch import fnmatchcase
 from typing import Any
 
-from slowdown.analysis.baseline import BaselineBook
 from slowdown.analysis.config import OPS, AlertRule, Config
-from slowdown.analysis.records import Aggregate, minute_of
-from slowdown.analysis.slowdown import op_slowdown, window_selection
+from slowdown.analysis.stats.baseline import BaselineBook
+from slowdown.analysis.stats.slowdown import op_slowdown, window_selection
 from slowdown.analysis.store import Store, aggregate
+from slowdown.analysis.store.records import Aggregate, minute_of
 
 LiveStuck = Mapping[tuple[str, str], float]
 

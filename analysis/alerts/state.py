@@ -29,10 +29,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from slowdown.analysis.alerts.notification import Notification
+from slowdown.analysis.alerts.rules import Observation, lowest_threshold
 from slowdown.analysis.config import AlertRule, Config
-
-from .notification import Notification
-from .rules import Observation, lowest_threshold
 
 STATES = ("ok", "pending", "firing", "resolved")
 GAP = 180  # seconds between evaluations beyond which the for/clear_for clocks restart

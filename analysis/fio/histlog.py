@@ -45,8 +45,8 @@ from typing import BinaryIO
 
 import numpy as np
 
-from . import FioLogError
-from .layout import HEADER_COLUMNS, Layout
+from slowdown.analysis.fio import FioLogError
+from slowdown.analysis.fio.layout import HEADER_COLUMNS, Layout
 
 DIRECTIONS = ("read", "write", "trim")  # fio's ddir 0, 1, 2 (io_ddir_name)
 MAX_DIGITS = 16  # fast path; the slow path reads up to 18 digits (int64)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from .histlog import Block, RawBlock, check_directions, parse_block
+from slowdown.analysis.fio.histlog import Block, RawBlock, check_directions, parse_block
 
 MIN_COLUMNS = 4
 MAX_COLUMNS = 7

@@ -52,10 +52,8 @@ from typing import Any
 
 import numpy as np
 
-from ..histogram import Histogram, mapping_for
-from ..records import MINUTE, Record
-from . import FioLogError
-from .histlog import (
+from slowdown.analysis.fio import FioLogError
+from slowdown.analysis.fio.histlog import (
     DIRECTIONS,
     Block,
     BlockError,
@@ -66,8 +64,10 @@ from .histlog import (
     layout_error,
     sniff,
 )
-from .latlog import MAX_COLUMNS, MIN_COLUMNS, LatLog, not_latency
-from .layout import HEADER_COLUMNS, Layout
+from slowdown.analysis.fio.latlog import MAX_COLUMNS, MIN_COLUMNS, LatLog, not_latency
+from slowdown.analysis.fio.layout import HEADER_COLUMNS, Layout
+from slowdown.analysis.histogram import Histogram, mapping_for
+from slowdown.analysis.store.records import MINUTE, Record
 
 DIRECTION_LETTERS = {"r": 0, "w": 1, "t": 2}  # fiologparser_hist.py's letters; "m": all
 EPOCH_MS = 10**11  # fio times at or above this are unix epoch ms (--log_unix_epoch)

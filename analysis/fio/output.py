@@ -22,8 +22,8 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-from ..records import Record
-from .merge import Row
+from slowdown.analysis.fio.merge import Row
+from slowdown.analysis.store.records import Record
 
 UNIT_SECONDS = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0}
 
@@ -86,7 +86,7 @@ def write_file(path: Path, text: str, force: bool = False) -> None:
 
 def existing_records(store, target: str, records: Sequence[Record]) -> int | None:
     """Start of a record the target already holds in the imported minutes, or None."""
-    from ..store import Selection
+    from slowdown.analysis.store import Selection
 
     if not records:
         return None
@@ -101,7 +101,7 @@ def write_records(db: Path, records: Sequence[Record], target: str,
                   merge_existing: bool = False) -> int:
     """All records in one transaction; refuses to add to minutes the target already holds
     (a second import of the same logs would count every sample twice) unless asked to."""
-    from ..store import Store  # only here: printing needs no database
+    from slowdown.analysis.store import Store  # only here: printing needs no database
 
     with Store(db) as store:
         if not merge_existing:

@@ -35,12 +35,13 @@ from fnmatch import fnmatchcase
 
 import numpy as np
 
-from .. import codec, series
-from ..mapping import MIN_SCALE
-from ..records import HOUR, MINUTE
-from ..stats import quantile_of
-from ..store import Selection, Store
-from . import provision as prov
+from slowdown.analysis.histogram import codec
+from slowdown.analysis.histogram.mapping import MIN_SCALE
+from slowdown.analysis.report import provision as prov
+from slowdown.analysis.stats import series
+from slowdown.analysis.stats.window import quantile_of
+from slowdown.analysis.store import Selection, Store
+from slowdown.analysis.store.records import HOUR, MINUTE
 
 MAX_COLUMNS = 1500
 STEPS = (60, 120, 300, 600, 900, 1200, 1800, 3600, 7200, 10800, 21600, 43200, 86400)

@@ -8,8 +8,8 @@ import datetime as dt
 import json
 from html import escape
 
-from ..units import format_duration, format_latency
-from .assets import SCRIPT, STYLE
+from slowdown.analysis.report.assets import SCRIPT, STYLE
+from slowdown.analysis.units import format_duration, format_latency
 
 CSP = ("default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; "
        "img-src data:")

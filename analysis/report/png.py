@@ -8,8 +8,8 @@ import datetime as dt
 import io
 from collections.abc import Iterator
 
-from ..units import format_duration
-from .page import _slug
+from slowdown.analysis.report.page import _slug
+from slowdown.analysis.units import format_duration
 
 
 class PngUnavailable(Exception):
@@ -50,7 +50,7 @@ def _time_axis(ax) -> None:
 def _latency_axis(ax) -> None:
     from matplotlib.ticker import FuncFormatter, NullFormatter
 
-    from ..units import format_latency
+    from slowdown.analysis.units import format_latency
 
     ax.set_yscale("log")
     ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: format_latency(v)))

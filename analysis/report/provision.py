@@ -33,7 +33,7 @@ import click
 if TYPE_CHECKING:
     import numpy as np
 
-    from ..store import Selection, Store
+    from slowdown.analysis.store import Selection, Store
 
 DATA_OP_BYTES = 1 << 20  # a data probe op reads or writes 1 MiB (SPEC section 3)
 OP_BYTES = {"data-read": DATA_OP_BYTES, "data-write": DATA_OP_BYTES}
@@ -63,7 +63,7 @@ class Goal:
 
 def parse_goal(text: str) -> Goal:
     """``20000``, ``20000/s``, ``20000 IOPS`` (ops/s) or ``5GiB/s``, ``500MB/s`` (bytes/s)."""
-    from ..units import parse_size
+    from slowdown.analysis.units import parse_size
 
     match = _RATE.fullmatch(text)
     if match is not None:
@@ -164,7 +164,7 @@ def per_node_figures(stores: Sequence[Store], selection: Selection) -> dict[tupl
     """Per (target, op): the throughput (ops/s) of every (host, minute) record selected."""
     import numpy as np
 
-    from .. import series
+    from slowdown.analysis.stats import series
 
     out = {}
     for pair, rows in series.grouped(stores, selection, "r.count, r.sum", ("minutes",)):
@@ -256,7 +256,7 @@ def provision_options(func: Callable) -> Callable:
 def parse_provision_options(provision: str | None, confidence: str) -> tuple[Goal | None, float]:
     """The goal (None without --provision) and the confidence, or a usage error naming the
     flag."""
-    from ..readside import parse_fraction_option
+    from slowdown.analysis.cli.scope import parse_fraction_option
 
     level = parse_fraction_option(confidence, "--confidence")
     if provision is None:

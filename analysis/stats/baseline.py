@@ -21,9 +21,9 @@ import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from .records import MINUTE, Aggregate, minute_of
-from .stats import estimate
-from .store import Selection, Store, aggregate
+from slowdown.analysis.stats.window import estimate
+from slowdown.analysis.store import Selection, Store, aggregate
+from slowdown.analysis.store.records import MINUTE, Aggregate, minute_of
 
 STANDARD_STATISTICS = ("median", "mean", "max", "q90", "q95", "q99")
 

@@ -24,8 +24,8 @@ import struct
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .buckets import BucketCounts
-from .histogram import Histogram, mapping_for
+from slowdown.analysis.histogram import Histogram, mapping_for
+from slowdown.analysis.histogram.buckets import BucketCounts
 
 if TYPE_CHECKING:
     import numpy as np
@@ -234,7 +234,7 @@ def merge_blobs(blobs: list[bytes]) -> Histogram:
     else:
         import numpy as np
 
-        from .buckets import sum_arrays
+        from slowdown.analysis.histogram.buckets import sum_arrays
 
         groups, zeros, scale = decode_blobs(blobs, np.zeros(len(blobs), np.int32))
         zero = int(zeros.sum())

@@ -17,8 +17,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from .histogram import Histogram, rank
-from .records import Aggregate
+from slowdown.analysis.histogram import Histogram, rank
+from slowdown.analysis.store.records import Aggregate
 
 NAMED_QUANTILES = {"median": 0.5, "min": 0.0}
 

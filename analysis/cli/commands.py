@@ -10,14 +10,14 @@ import time
 
 import click
 
-from . import readside as cli
-from .readside import read_options
-from .records import minute_of
-from .report.provision import provision_options
-from .slowdown import target_slowdowns
-from .store import Selection, Store, aggregate
-from .units import format_duration, format_latency
-from .views import clean, dump_json, fmt_ratio, table
+from slowdown.analysis.cli import scope as cli
+from slowdown.analysis.cli.output import clean, dump_json, fmt_ratio, table
+from slowdown.analysis.cli.scope import read_options
+from slowdown.analysis.report.provision import provision_options
+from slowdown.analysis.stats.slowdown import target_slowdowns
+from slowdown.analysis.store import Selection, Store, aggregate
+from slowdown.analysis.store.records import minute_of
+from slowdown.analysis.units import format_duration, format_latency
 
 OK, WARNING, CRITICAL, UNKNOWN = 0, 1, 2, 3
 STATE_NAMES = ("OK", "WARNING", "CRITICAL", "UNKNOWN")
@@ -107,7 +107,7 @@ def stats(ctx, dbs, targets, hosts, ops, at, since, until, as_json, provision, c
           trials, seed):
     """Per-op table over a window: count, mean, std, min, 25%, 50%, 75%, max; with
     --provision, the nodes needed for an aggregate (see docs/REPORT.md)."""
-    from .report import provision as prov
+    from slowdown.analysis.report import provision as prov
 
     reader = cli.open_reader(ctx, dbs, targets, hosts, ops, at)
     start = cli.parse_time_option(since, reader.now, "--since")
@@ -190,7 +190,8 @@ def history(ctx, dbs, targets, hosts, ops, at, since, until, every, statistics, 
         _write_history_json(sys.stdout, {"step": step, "from": start, "to": end}, names,
                             cells, data)
         return
-    from . import csvtext, forked
+    from slowdown.analysis.cli import csvtext
+    from slowdown.analysis.cli import parallel as forked
 
     pairs, records = _pairs(reader.stores, selection)
     parts = max(1, min(len(pairs), jobs or min(forked.cpus(), forked.MAX_PROCESSES,
@@ -215,9 +216,9 @@ class _HistoryTable:
 
     def compute(self, stores, selection: Selection):
         """The cells, and the columns after time, target and op."""
-        from . import series
-        from .baseline import BaselineBook
-        from .report.data import expected_values
+        from slowdown.analysis.report.data import expected_values
+        from slowdown.analysis.stats import series
+        from slowdown.analysis.stats.baseline import BaselineBook
 
         quantile_stats = [s for s in self.stats if s not in ("mean", "max")]
         cells = series.history(stores, selection, self.step, quantile_stats,
@@ -237,7 +238,7 @@ class _HistoryTable:
         """The CSV lines of the series ``pairs``, in pieces."""
         import dataclasses
 
-        from . import csvtext
+        from slowdown.analysis.cli import csvtext
 
         stores = self.reader.stores if os.getpid() == self.pid else \
             [Store(s.path, readonly=True) for s in self.reader.stores]
@@ -252,7 +253,7 @@ class _HistoryTable:
 def _pairs(stores, selection: Selection) -> tuple[list[tuple[str, str]], int]:
     """The (target, op) names the selection takes from the stores, sorted, and at most how
     many records it reads (series times minutes)."""
-    from .series import selected_series
+    from slowdown.analysis.stats.series import selected_series
 
     found = selected_series(stores, selection)
     minutes = max(0, (selection.end - selection.start) // 60)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .histogram import Histogram
+from slowdown.analysis.histogram import Histogram
 
 MINUTE = 60
 HOUR = 3600

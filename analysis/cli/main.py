@@ -18,8 +18,8 @@ from pathlib import Path
 
 import click
 
-from .baseline import rebaseline
-from .readside import (
+from slowdown.analysis.cli.output import clean, dump_json, fmt_ratio, table
+from slowdown.analysis.cli.scope import (
     Reader,
     load_config_or_exit,
     open_reader,
@@ -28,10 +28,10 @@ from .readside import (
     parse_time_option,
     read_options,
 )
-from .slowdown import TargetSlowdown, accurate_window, target_slowdowns
-from .store import Store, StoreError
-from .units import format_duration, format_latency
-from .views import clean, dump_json, fmt_ratio, table
+from slowdown.analysis.stats.baseline import rebaseline
+from slowdown.analysis.stats.slowdown import TargetSlowdown, accurate_window, target_slowdowns
+from slowdown.analysis.store import Store, StoreError
+from slowdown.analysis.units import format_duration, format_latency
 
 # No command calls a BLAS routine, yet numpy's bundled OpenBLAS starts a thread per core when
 # it is imported: CPU for nothing, and on a small node in the way of import-fio's parsers.
@@ -46,9 +46,9 @@ SUBCOMMANDS = {
     "stats": "commands:stats",
     "history": "commands:history",
     "watch": "commands:watch",
-    "alerts": "alerts.cli:alerts",
-    "import-fio": "fio.cli:import_fio",
-    "report": "report.cli:report",
+    "alerts": "alerts:alerts",
+    "import-fio": "import_fio:import_fio",
+    "report": "report:report",
 }
 
 

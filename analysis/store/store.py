@@ -18,9 +18,16 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import codec, schema
-from .histogram import Histogram
-from .records import HOUR, MINUTE, NODE_FIELDS, Aggregate, NodeContext, Record
+from slowdown.analysis.histogram import Histogram, codec
+from slowdown.analysis.store import schema
+from slowdown.analysis.store.records import (
+    HOUR,
+    MINUTE,
+    NODE_FIELDS,
+    Aggregate,
+    NodeContext,
+    Record,
+)
 
 TABLES = {MINUTE: "minutes", HOUR: "hours"}
 _COLUMNS = "count, errors, skipped, sum, sumsq, min, max, stuck, hist"

@@ -48,7 +48,7 @@ def derived_assignments(hist: str, low: str, high: str) -> str:
 
 def _latency_bucket_rows() -> str:
     """``(idx, lower, upper, value)`` of every bucket of the ``buckets`` column, as SQL."""
-    from .mapping import ExponentialMapping
+    from slowdown.analysis.histogram.mapping import ExponentialMapping
 
     m = ExponentialMapping(BUCKETS_SCALE)
     rows = [f"({BUCKETS_LOWEST}, NULL, {m.upper_bound(BUCKETS_LOWEST)!r}, "

@@ -11,10 +11,10 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from .baseline import BaselineBook, Expected
-from .records import Aggregate, minute_of
-from .stats import Estimate, estimate
-from .store import Selection, Store, aggregate, aggregate_rows
+from slowdown.analysis.stats.baseline import BaselineBook, Expected
+from slowdown.analysis.stats.window import Estimate, estimate
+from slowdown.analysis.store import Selection, Store, aggregate, aggregate_rows
+from slowdown.analysis.store.records import Aggregate, minute_of
 
 ACCURACY_WINDOWS = (60, 120, 300, 600, 900, 1800, 3600, 7200, 3 * 3600, 6 * 3600, 12 * 3600,
                     86400)

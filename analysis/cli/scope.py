@@ -11,11 +11,11 @@ from pathlib import Path
 
 import click
 
-from .baseline import BaselineBook
-from .config import Config, ConfigError, load
-from .stats import quantile_of
-from .store import Store, StoreError, expand_paths
-from .units import parse_duration, parse_time
+from slowdown.analysis.config import Config, ConfigError, load
+from slowdown.analysis.stats.baseline import BaselineBook
+from slowdown.analysis.stats.window import quantile_of
+from slowdown.analysis.store import Store, StoreError, expand_paths
+from slowdown.analysis.units import parse_duration, parse_time
 
 EXIT_USAGE = 2
 LIVE_FRESH = 5.0  # seconds: a live state older than this belongs to a stopped service

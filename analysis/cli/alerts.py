@@ -12,18 +12,17 @@ from typing import Any
 
 import click
 
+from slowdown.analysis.alerts import evaluate, send_test
+from slowdown.analysis.alerts.actions import describe
+from slowdown.analysis.alerts.dispatch import Dispatcher
+from slowdown.analysis.alerts.notification import show_value
+from slowdown.analysis.alerts.rules import subjects
+from slowdown.analysis.alerts.state import load_states
+from slowdown.analysis.cli.output import dump_json, table
+from slowdown.analysis.cli.scope import LIVE_FRESH, parse_duration_option, read_live
 from slowdown.analysis.config import AlertRule, Config
-from slowdown.analysis.readside import LIVE_FRESH, parse_duration_option, read_live
 from slowdown.analysis.store import Store, StoreError, expand_paths
 from slowdown.analysis.units import format_duration
-from slowdown.analysis.views import dump_json, table
-
-from . import evaluate, send_test
-from .actions import describe
-from .dispatch import Dispatcher
-from .notification import show_value
-from .rules import subjects
-from .state import load_states
 
 EXIT_FAILED = 1
 

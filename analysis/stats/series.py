@@ -17,9 +17,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import codec, schema
-from .histogram import mapping_for
-from .store import Selection, Store, StoreError
+from slowdown.analysis.histogram import codec, mapping_for
+from slowdown.analysis.store import Selection, Store, StoreError, schema
 
 
 @dataclass
@@ -142,7 +141,7 @@ def histories(stores: Sequence[Store], selection: Selection, steps: Sequence[int
               statistics: Sequence[str], moments: bool = True) -> list[Cells]:
     """``history`` at each of ``steps``, from one read of the records and, if any step needs
     them, one read of their histograms."""
-    from .stats import quantile_of
+    from slowdown.analysis.stats.window import quantile_of
 
     wanted = {s: quantile_of(s) for s in statistics if quantile_of(s) is not None}
     stored = [_STORED[q] for q in wanted.values() if q in _STORED]
@@ -294,7 +293,7 @@ _DENSE = 1 << 23  # cells x buckets counted at a time (64 MiB of float64)
 def _quantiles(blobs, cell_of_row, n, count, c_min, c_max, statistics) -> dict[str, np.ndarray]:
     """The statistics of merged cells, each at the coarsest scale among its own records (as
     ``Histogram.merge`` has it): the cells of each scale in turn."""
-    from .stats import quantile_of
+    from slowdown.analysis.stats.window import quantile_of
 
     wanted = {s: quantile_of(s) for s in statistics if quantile_of(s) is not None}
     out = {s: np.full(n, np.nan) for s in wanted}

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import click
 
-from .. import readside as cli
-from ..readside import read_options
-from ..records import MINUTE, minute_of
-from .provision import parse_provision_options, provision_options
+from slowdown.analysis.cli import scope as cli
+from slowdown.analysis.cli.scope import read_options
+from slowdown.analysis.report.provision import parse_provision_options, provision_options
+from slowdown.analysis.store.records import MINUTE, minute_of
 
 
 def _writable_dir(path: Path, flag: str) -> None:
@@ -98,7 +98,7 @@ def report(ctx, dbs, targets, hosts, ops, at, since, until, output, statistics, 
     _writable_dir(out.parent if str(out.parent) else Path("."), "-o/--output")
     png_path = None
     if png_dir is not None:
-        from . import png
+        from slowdown.analysis.report import png
 
         try:
             png.check()
@@ -112,14 +112,14 @@ def report(ctx, dbs, targets, hosts, ops, at, since, until, output, statistics, 
                                      param_hint="--png") from None
         _writable_dir(png_path, "--png")
 
-    from .data import Provisioning, collect
-    from .page import render
+    from slowdown.analysis.report.data import Provisioning, collect
+    from slowdown.analysis.report.page import render
 
     planned = Provisioning(goal, level, trials, seed) if goal is not None else None
     doc = collect(reader, start, end, stats, spans, planned)
     files = [(out, render(doc, title).encode(), "-o/--output")]
     if png_path is not None:
-        from . import png
+        from slowdown.analysis.report import png
 
         files += [(png_path / name, data, "--png") for name, data in png.figures(doc)]
     write_all(files)

@@ -23,10 +23,9 @@ from pathlib import Path
 
 import click
 
-from ..units import parse_time
-from . import FioLogError
-from .latlog import UNITS as LAT_UNITS
-from .merge import (
+from slowdown.analysis.fio import FioLogError
+from slowdown.analysis.fio.latlog import UNITS as LAT_UNITS
+from slowdown.analysis.fio.merge import (
     DIRECTION_LETTERS,
     METHODS,
     IntervalSeries,
@@ -36,7 +35,14 @@ from .merge import (
     open_sources,
     parse_percentiles,
 )
-from .output import UNIT_SECONDS, csv_text, json_text, write_file, write_records
+from slowdown.analysis.fio.output import (
+    UNIT_SECONDS,
+    csv_text,
+    json_text,
+    write_file,
+    write_records,
+)
+from slowdown.analysis.units import parse_time
 
 EXIT_BAD_INPUT = 2
 PROGRESS_BYTES = 32 << 20  # show a progress bar (on a terminal) from this much input on
@@ -256,7 +262,7 @@ def import_fio(files: tuple[Path, ...], interval_ms: int, weighted: bool,
         raise FioImportError(str(exc)) from None
     finally:
         stop()
-    from ..store import StoreError
+    from slowdown.analysis.store import StoreError
 
     try:
         written = write_records(db, records.records, target, merge_existing)

@@ -20,7 +20,7 @@ import traceback
 from collections.abc import Callable, Sequence
 from typing import BinaryIO, TypeVar
 
-from .store import StoreError
+from slowdown.analysis.store import StoreError
 
 T = TypeVar("T")
 

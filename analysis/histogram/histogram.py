@@ -24,8 +24,8 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import numpy as np
 
-from .buckets import BucketCounts
-from .mapping import DEFAULT_SCALE, ExponentialMapping
+from slowdown.analysis.histogram.buckets import BucketCounts
+from slowdown.analysis.histogram.mapping import DEFAULT_SCALE, ExponentialMapping
 
 _MAPPINGS: dict[int, ExponentialMapping] = {}
 
