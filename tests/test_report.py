@@ -159,6 +159,37 @@ def epoch(iso: str) -> int:
     return int(np.datetime64(iso.rstrip("Z"), "s").astype(np.int64))
 
 
+# -- the page's script and style sheet -----------------------------------------------------------
+
+REPORT_PACKAGE = "slowdown.analysis.report"
+ASSETS = {"report.js": "script", "report.css": "style"}  # package file -> element inlining it
+
+
+def test_the_page_inlines_the_packaged_script_and_style_sheet_verbatim(report):
+    from importlib.resources import files
+
+    page = report.read_text(encoding="utf-8")
+    for name, element in ASSETS.items():
+        asset = files(REPORT_PACKAGE).joinpath(name)
+        assert asset.is_file(), name
+        text = asset.read_text(encoding="utf-8")
+        assert len(text) > 1000, name
+        assert f"<{element}>\n{text}</{element}>\n" in page, name
+
+
+def test_every_file_of_the_report_package_that_is_not_python_is_package_data():
+    """Else a wheel would lack it (and the page its script or style)."""
+    import configparser
+    from importlib.resources import files
+
+    cfg = configparser.ConfigParser()
+    cfg.read(Path(__file__).parents[1] / "setup.cfg")
+    declared = {n.strip() for n in cfg["options.package_data"][REPORT_PACKAGE].split(",")}
+    present = {f.name for f in files(REPORT_PACKAGE).iterdir()
+               if f.is_file() and not f.name.endswith((".py", ".pyc"))}
+    assert set(ASSETS) <= present == declared
+
+
 # -- the page in the browser --------------------------------------------------------------------
 
 def test_renders_every_figure_without_errors_or_network(loaded, report):

@@ -1,15 +1,31 @@
 """The report as one HTML file: every figure's data in a JSON block beside its canvas, drawn
-by the inline script of ``assets``; no external resource of any kind (the page's content
-security policy forbids loading one)."""
+by the inline script; no external resource of any kind (the page's content security policy
+forbids loading one).
+
+The style sheet and the script are the package's files ``report.css`` and ``report.js``,
+inlined whole into every report. The script finds every ``figure.chart``, parses the JSON
+block inside it and draws the figure on its canvas. After drawing it notes what it drew on the
+figure (``data-drawn``, and ``data-total``/``data-cells`` on heat maps, ``data-points`` on line
+charts) and, when all are done, the time since navigation start on ``<body data-rendered>``:
+tests read these back.
+"""
 
 from __future__ import annotations
 
 import datetime as dt
 import json
 from html import escape
+from importlib.resources import files
 
-from slowdown.analysis.report.assets import SCRIPT, STYLE
 from slowdown.analysis.units import format_duration, format_latency
+
+
+def _asset(name: str) -> str:
+    return files(__package__).joinpath(name).read_text(encoding="utf-8")
+
+
+STYLE = _asset("report.css")
+SCRIPT = _asset("report.js")
 
 CSP = ("default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; "
        "img-src data:")
@@ -148,7 +164,8 @@ def render(doc: dict, title: str = "slowdown report") -> str:
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <link rel="icon" href="data:,">
 <title>{escape(title)}: {escape(span)}</title>
-<style>{STYLE}</style>
+<style>
+{STYLE}</style>
 </head>
 <body>
 <header>
@@ -162,7 +179,8 @@ def render(doc: dict, title: str = "slowdown report") -> str:
 {body}
 <footer>Made by slowdown report at {_time(doc['now'])}. Move the pointer over a chart to read
 its values. Times are UTC.</footer>
-<script>{SCRIPT}</script>
+<script>
+{SCRIPT}</script>
 </body>
 </html>
 """

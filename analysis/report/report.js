@@ -1,48 +1,3 @@
-"""The report page's style sheet and script, inlined into every report (no network access).
-
-The script finds every ``figure.chart``, parses the JSON block inside it and draws the figure
-on its canvas. After drawing it notes what it drew on the figure (``data-drawn``, and
-``data-total``/``data-cells`` on heat maps, ``data-points`` on line charts) and, when all are
-done, the time since navigation start on ``<body data-rendered>``: tests read these back.
-"""
-
-from __future__ import annotations
-
-STYLE = """
-:root { --fg: #1d232a; --muted: #5b6570; --line: #d8dde3; --bg: #ffffff; --band: #f4f6f8; }
-* { box-sizing: border-box; }
-body { margin: 0; font: 14px/1.45 system-ui, -apple-system, "Segoe UI", sans-serif;
-       color: var(--fg); background: var(--bg); }
-header, section, footer { padding: 0 24px; max-width: 1680px; margin: 0 auto; }
-header { padding-top: 16px; border-bottom: 1px solid var(--line); }
-h1 { font-size: 22px; margin: 0 0 4px; }
-h2 { font-size: 19px; margin: 28px 0 4px; padding-top: 8px; border-top: 2px solid var(--fg); }
-h3 { font-size: 15px; margin: 18px 0 6px; }
-p.meta, .note, figcaption { color: var(--muted); }
-p.meta { margin: 2px 0; }
-nav a { margin-right: 14px; }
-figure.chart { margin: 8px 0; padding: 8px; border: 1px solid var(--line); border-radius: 4px;
-               background: var(--bg); min-width: 0; }
-figure.chart figcaption { font-size: 12.5px; margin-bottom: 4px; }
-figure.chart figcaption b { color: var(--fg); }
-canvas { display: block; }
-.readout { font: 12px ui-monospace, "DejaVu Sans Mono", monospace; min-height: 1.5em;
-           color: var(--muted); white-space: pre-wrap; }
-.legend { font-size: 12px; margin: 2px 0; }
-.legend span { margin-right: 12px; white-space: nowrap; }
-.legend i { display: inline-block; width: 14px; height: 3px; vertical-align: middle;
-            margin-right: 4px; }
-.ops { display: grid; grid-template-columns: repeat(3, minmax(0, 1fr)); gap: 10px; }
-@media (max-width: 1100px) { .ops { grid-template-columns: minmax(0, 1fr); } }
-.op-title { grid-column: 1 / -1; margin: 10px 0 -4px; }
-table { border-collapse: collapse; font-size: 12.5px; margin: 6px 0; }
-th, td { padding: 2px 8px; border-bottom: 1px solid var(--line); text-align: right; }
-th:first-child, td:first-child { text-align: left; }
-thead th { background: var(--band); }
-footer { color: var(--muted); font-size: 12px; padding: 24px; }
-"""
-
-SCRIPT = r"""
 (function () {
   "use strict";
   var COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b",
@@ -568,4 +523,3 @@ SCRIPT = r"""
     pending = setTimeout(drawAll, 150);
   });
 })();
-"""
