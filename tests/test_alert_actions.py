@@ -38,6 +38,7 @@ from slowdown.analysis.alerts.notification import Notification, TemplateError, e
 from slowdown.analysis.alerts.state import enqueue
 from slowdown.analysis.config import ActionConfig, Config, loads
 from slowdown.analysis.store import Store
+from tests.servicekit import wait_for
 
 # -- receivers --------------------------------------------------------------------------------
 
@@ -187,6 +188,14 @@ def smtp(tmp_path, monkeypatch):
     receiver.close()
 
 
+@pytest.fixture
+def credentials(tmp_path) -> Path:
+    """The credentials file of the receiver's login (user, then password, on their own lines)."""
+    path = tmp_path / "smtp.credentials"
+    path.write_text("slowdown\ns3cret:pw\n")
+    return path
+
+
 # -- notifications, actions and a program that records how it was called -----------------------
 
 RECORDER = """\
@@ -206,6 +215,18 @@ def recorder_program(directory: Path) -> Path:
     return path
 
 
+def recorder_action(directory: Path, out: Path, *args: str) -> str:
+    """A command action (TOML) running the recorder program, which appends to ``out``."""
+    argv = ", ".join(f'"{a}"' for a in (sys.executable, recorder_program(directory), out, *args))
+    return f'{{ type = "command", argv = [{argv}] }}'
+
+
+def webhook_action(url: str, timeout: str | None = None) -> str:
+    """A webhook action (TOML)."""
+    extra = "" if timeout is None else f', timeout = "{timeout}"'
+    return f'{{ type = "webhook", url = "{url}"{extra} }}'
+
+
 def calls(path: Path) -> list[dict]:
     if not path.exists():
         return []
@@ -223,6 +244,11 @@ def note(**changes) -> Notification:
 
 def command(*argv: str, timeout: float = 10.0) -> ActionConfig:
     return ActionConfig("command", {"argv": tuple(argv), "timeout": timeout})
+
+
+def recorder(directory: Path, out: Path, *args: str) -> ActionConfig:
+    """A command action running the recorder program, which appends to ``out``."""
+    return command(sys.executable, str(recorder_program(directory)), str(out), *args)
 
 
 def hook(url: str, timeout: float = 2.0, token_file=None, token_env=None) -> ActionConfig:
@@ -250,26 +276,21 @@ def rules_config(tmp_path: Path, actions: str, **rule: str) -> Config:
 
 
 def wait_until(predicate, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+    return wait_for(predicate, timeout, 0.05, what)
+
+
+def query(path: Path, sql: str) -> list[tuple]:
+    with Store(path, readonly=True) as store:
+        return store.conn.execute(sql).fetchall()
 
 
 def outbox(path: Path) -> list[tuple]:
-    with Store(path, readonly=True) as store:
-        return store.conn.execute(
-            "SELECT id, event, type, attempts, done_at IS NOT NULL, ok FROM alert_outbox "
-            "ORDER BY id").fetchall()
+    return query(path, "SELECT id, event, type, attempts, done_at IS NOT NULL, ok "
+                       "FROM alert_outbox ORDER BY id")
 
 
 def alert_log(path: Path) -> list[tuple]:
-    with Store(path, readonly=True) as store:
-        return store.conn.execute(
-            "SELECT event, action, ok, message FROM alert_log ORDER BY id").fetchall()
+    return query(path, "SELECT event, action, ok, message FROM alert_log ORDER BY id")
 
 
 # -- templates --------------------------------------------------------------------------------
@@ -294,8 +315,7 @@ def test_a_field_with_shell_metacharacters_reaches_the_program_as_one_literal_ar
     out, marker = tmp_path / "calls.jsonl", tmp_path / "pwned"
     evil = f"x; touch {marker} && echo $(touch {marker}) `touch {marker}` | cat > {marker} 'q\"*"
     n = note(target=evil, subject=evil)
-    result = run_command(command(sys.executable, str(recorder_program(tmp_path)), str(out),
-                                 "{target}", "pre-{target}-post", "{summary}"), n)
+    result = run_command(recorder(tmp_path, out, "{target}", "pre-{target}-post", "{summary}"), n)
     assert result.ok, result.message
     (call,) = calls(out)
     assert call["argv"][0] == evil
@@ -307,9 +327,8 @@ def test_a_field_with_shell_metacharacters_reaches_the_program_as_one_literal_ar
 
 def test_the_command_gets_values_as_environment_and_the_document_on_stdin(tmp_path):
     out = tmp_path / "calls.jsonl"
-    result = run_command(command(sys.executable, str(recorder_program(tmp_path)), str(out),
-                                 "{rule}", "{value}", "{state}"), note(event="resolved",
-                                                                        ends_at=1_800_000_600.0))
+    result = run_command(recorder(tmp_path, out, "{rule}", "{value}", "{state}"),
+                         note(event="resolved", ends_at=1_800_000_600.0))
     assert result.ok and result.message == "exit 0"
     (call,) = calls(out)
     assert call["argv"] == ["work-slow", "12.346", "resolved"]
@@ -327,8 +346,7 @@ def test_the_command_gets_values_as_environment_and_the_document_on_stdin(tmp_pa
 def test_a_failing_or_missing_program_is_a_failed_attempt(tmp_path, monkeypatch):
     out = tmp_path / "calls.jsonl"
     monkeypatch.setenv("RECORDER_EXIT", "3")
-    result = run_command(command(sys.executable, str(recorder_program(tmp_path)), str(out)),
-                         note())
+    result = run_command(recorder(tmp_path, out), note())
     assert not result.ok and result.message.startswith("exit 3") and not result.retry
     result = run_command(command(str(tmp_path / "no-such-program")), note())
     assert not result.ok and "cannot run" in result.message
@@ -415,9 +433,7 @@ def test_a_hanging_webhook_times_out(webhook):
 
 # -- e-mail -----------------------------------------------------------------------------------
 
-def test_email_goes_through_starttls_with_the_credentials_file(smtp, tmp_path):
-    credentials = tmp_path / "smtp.credentials"
-    credentials.write_text("slowdown\ns3cret:pw\n")
+def test_email_goes_through_starttls_with_the_credentials_file(smtp, credentials):
     result = send_email(mail(smtp.port, credentials), note())
     assert result.ok, result.message
     assert send_email(mail(smtp.port, credentials),
@@ -435,8 +451,7 @@ def test_email_goes_through_starttls_with_the_credentials_file(smtp, tmp_path):
     assert reply["In-Reply-To"] == msg["Message-ID"] and reply["References"] == msg["Message-ID"]
 
 
-def test_email_failures_wrong_password_and_no_tls(smtp, tmp_path):
-    credentials = tmp_path / "smtp.credentials"
+def test_email_failures_wrong_password_and_no_tls(smtp, credentials):
     credentials.write_text("slowdown:wrong\n")
     assert read_credentials(credentials) == ("slowdown", "wrong")
     result = send_email(mail(smtp.port, credentials), note())
@@ -467,7 +482,7 @@ def queue_messages(config: Config, *events: str) -> None:
 
 def test_a_failing_receiver_is_retried_with_backoff_and_messages_keep_their_order(webhook,
                                                                                   tmp_path):
-    config = rules_config(tmp_path, f'{{ type = "webhook", url = "{webhook.url}" }}')
+    config = rules_config(tmp_path, webhook_action(webhook.url))
     queue_messages(config, "firing", "resolved")
     webhook.script = [503, 500]
     dispatcher = Dispatcher(config, lambda: Store(config.database), backoff=(0.3, 0.6))
@@ -489,7 +504,7 @@ def test_a_failing_receiver_is_retried_with_backoff_and_messages_keep_their_orde
 
 def test_a_receiver_that_never_succeeds_is_given_up(tmp_path):
     with WebhookReceiver(default=502) as receiver:
-        config = rules_config(tmp_path, f'{{ type = "webhook", url = "{receiver.url}" }}')
+        config = rules_config(tmp_path, webhook_action(receiver.url))
         queue_messages(config, "firing")
         assert Dispatcher(config, lambda: Store(config.database), backoff=(0.1, 0.1)).drain(10)
         assert len(receiver.answered()) == 3
@@ -503,9 +518,8 @@ def test_a_hanging_receiver_blocks_neither_evaluation_nor_other_actions(tmp_path
     out = tmp_path / "calls.jsonl"
     with WebhookReceiver() as receiver:
         receiver.script = ["hang", "hang"]
-        actions = (f'[{{ type = "webhook", url = "{receiver.url}", timeout = "1s" }}, '
-                   f'{{ type = "command", argv = ["{sys.executable}", '
-                   f'"{recorder_program(tmp_path)}", "{out}", "{{state}}"] }}]')
+        command_action = recorder_action(tmp_path, out, "{state}")
+        actions = f"[{webhook_action(receiver.url, '1s')}, {command_action}]"
         config = rules_config(tmp_path, actions, kind='"stuck"', above='"10s"')
         alerts = ServiceAlerts(config, backoff=(0.5, 0.5, 0.5))
         try:
@@ -533,8 +547,7 @@ def test_a_stop_during_a_hanging_delivery_is_quick_and_the_message_goes_out_afte
         tmp_path):
     with WebhookReceiver() as receiver:
         receiver.script = ["hang"]
-        config = rules_config(tmp_path, f'{{ type = "webhook", url = "{receiver.url}", '
-                                        'timeout = "30s" }')
+        config = rules_config(tmp_path, webhook_action(receiver.url, "30s"))
         queue_messages(config, "firing")
         first = Dispatcher(config, lambda: Store(config.database))
         first.start()
@@ -551,8 +564,7 @@ def test_a_stop_during_a_hanging_delivery_is_quick_and_the_message_goes_out_afte
 def test_a_crash_mid_delivery_leaves_a_lease_that_runs_out(tmp_path, webhook):
     """A process killed mid-attempt cannot release its row: the lease expires and the next
     dispatcher sends the message; before that, nobody else takes it."""
-    config = rules_config(tmp_path, f'{{ type = "webhook", url = "{webhook.url}", '
-                                    'timeout = "1s" }')
+    config = rules_config(tmp_path, webhook_action(webhook.url, "1s"))
     queue_messages(config, "firing")
     with Store(config.database) as store:
         store.conn.execute("UPDATE alert_outbox SET lease_until = ?", (time.time() + 2,))
@@ -564,9 +576,7 @@ def test_a_crash_mid_delivery_leaves_a_lease_that_runs_out(tmp_path, webhook):
     assert len(webhook.answered()) == 1
 
 
-def test_email_through_the_dispatcher_is_retried(smtp, tmp_path):
-    credentials = tmp_path / "smtp.credentials"
-    credentials.write_text("slowdown\ns3cret:pw\n")
+def test_email_through_the_dispatcher_is_retried(smtp, credentials, tmp_path):
     config = rules_config(tmp_path, f'{{ type = "email", to = "ops@example.org", smtp_host = '
                                     f'"localhost", smtp_port = {smtp.port}, starttls = true, '
                                     f'credentials_file = "{credentials}" }}')
@@ -591,10 +601,8 @@ def test_the_test_message_goes_through_the_real_actions_from_the_command_line(we
     from slowdown.analysis.cli.alerts import alerts
 
     out = tmp_path / "calls.jsonl"
-    config = rules_config(tmp_path, f'[{{ type = "webhook", url = "{webhook.url}" }}, '
-                                    f'{{ type = "command", argv = ["{sys.executable}", '
-                                    f'"{recorder_program(tmp_path)}", "{out}", "{{event}}", '
-                                    '"{value}"] }]')
+    actions = recorder_action(tmp_path, out, "{event}", "{value}")
+    config = rules_config(tmp_path, f"[{webhook_action(webhook.url)}, {actions}]")
     runner = CliRunner()
     no_db = runner.invoke(alerts, ["--test", "r"], obj={"config": lambda: config})
     assert no_db.exit_code == 0 and "not logged" in no_db.output

@@ -9,7 +9,6 @@ by :class:`ServiceAlerts`, whose dispatcher runs the real command.
 from __future__ import annotations
 
 import json
-import sys
 import time
 from pathlib import Path
 
@@ -26,7 +25,13 @@ from slowdown.analysis.stats import baseline
 from slowdown.analysis.store import Store
 from slowdown.analysis.store.records import Record
 from tests.datakit import fill, lognormal, utc
-from tests.test_alert_actions import WebhookReceiver, calls, recorder_program, wait_until
+from tests.test_alert_actions import (
+    WebhookReceiver,
+    calls,
+    recorder_action,
+    wait_until,
+    webhook_action,
+)
 
 T0 = utc(2026, 11, 2, 8)
 M = 60
@@ -42,12 +47,20 @@ def configure(tmp_path: Path, rules: str, targets=("work",)) -> Config:
     return loads("\n".join(lines) + "\n" + rules)
 
 
+def alert_config(tmp_path: Path, targets=("work",), action: str | None = None,
+                 **rule: object) -> Config:
+    """``configure`` with one ``[[alert]]`` of the keys and values of ``rule`` (``for_``
+    stands for ``for``) and ``action`` (TOML), by default the ticket program."""
+    keys = [f"{key.rstrip('_')} = {json.dumps(value)}" for key, value in rule.items()]
+    action = action or ticket_action(tmp_path)
+    return configure(tmp_path, "\n".join(["", "[[alert]]", *keys, f"action = {action}", ""]),
+                     targets)
+
+
 def ticket_action(tmp_path: Path) -> str:
     """A real program that records each call (argv, SLOWDOWN_* and stdin) as a JSON line."""
-    program = recorder_program(tmp_path)
-    return (f'{{ type = "command", argv = ["{sys.executable}", "{program}", '
-            f'"{tmp_path / "tickets.jsonl"}", "{{state}}", "{{event}}", "{{target}}", "{{op}}", '
-            '"{value}", "{severity}"] }')
+    return recorder_action(tmp_path, tmp_path / "tickets.jsonl", "{state}", "{event}",
+                           "{target}", "{op}", "{value}", "{severity}")
 
 
 def tickets(tmp_path: Path) -> list[list[str]]:
@@ -74,6 +87,17 @@ def settle(alerts: ServiceAlerts, db: Path, timeout: float = 15) -> None:
     wait_until(empty, timeout, "the outbox to empty")
 
 
+def evaluate_and_settle(config: Config, *times: float) -> None:
+    """A service's alerts evaluated at ``times``, then everything queued delivered."""
+    alerts = ServiceAlerts(config)
+    try:
+        for now in times:
+            alerts.evaluate(now)
+        settle(alerts, config.database)
+    finally:
+        alerts.close(5)
+
+
 def state_of(db: Path, rule: str, subject: str) -> AlertState:
     with Store(db, readonly=True) as store:
         return load_states(store.conn)[(rule, subject)]
@@ -86,18 +110,8 @@ def test_pending_firing_resolved_with_restarts_in_the_middle_sends_one_ticket_an
     """md ops 20x slower for 10 minutes. A 1-minute window, for 3m, clear_for 2m. The
     service restarts while pending, twice while firing (once right after the transition,
     before the message went out) and while clearing."""
-    config = configure(tmp_path, f"""
-[[alert]]
-name = "work-slow"
-target = "work"
-op = "md-*"
-statistic = "median"
-window = "1m"
-above = 5.0
-for = "3m"
-clear_for = "2m"
-action = {ticket_action(tmp_path)}
-""")
+    config = alert_config(tmp_path, name="work-slow", target="work", op="md-*",
+                          statistic="median", window="1m", above=5.0, for_="3m", clear_for="2m")
     db = config.database
     record_baseline(db)
     ops = ("md-stat", "md-read", "md-delete", "md-write")
@@ -151,29 +165,15 @@ action = {ticket_action(tmp_path)}
 def test_state_and_messages_through_a_webhook_and_the_listing(tmp_path):
     """The same story through a real HTTP receiver, then ``slowdown alerts`` shows it."""
     with WebhookReceiver() as receiver:
-        config = configure(tmp_path, f"""
-[[alert]]
-name = "stat-slow"
-op = "md-stat"
-statistic = "median"
-window = "2m"
-above = 4.0
-critical = 50.0
-for = "2m"
-action = {{ type = "webhook", url = "{receiver.url}" }}
-""")
+        config = alert_config(tmp_path, name="stat-slow", op="md-stat", statistic="median",
+                              window="2m", above=4.0, critical=50.0, for_="2m",
+                              action=webhook_action(receiver.url))
         db = config.database
         record_baseline(db, ops=("md-stat",))
         record(db, B, 3)
         record(db, B + 3 * M, 6, factor=10, seed=5)
         record(db, B + 9 * M, 8, seed=6)
-        alerts = ServiceAlerts(config)
-        try:
-            for k in range(1, 17):
-                alerts.evaluate(B + k * M + 1)
-            settle(alerts, db)
-        finally:
-            alerts.close(5)
+        evaluate_and_settle(config, *(B + k * M + 1 for k in range(1, 17)))
         bodies = [r["body"] for r in receiver.answered()]
     # Window 2m: its median is slow only when both minutes are, from the evaluation at B+5
     # (pending) to B+9; fires at B+7; clear_for defaults to the window: below from B+10,
@@ -216,17 +216,8 @@ def write_errors(db: Path, minute: int, minutes: int, ok: int, errors: int,
 
 
 def test_error_rate_rule(tmp_path):
-    config = configure(tmp_path, f"""
-[[alert]]
-name = "write-errors"
-op = "data-write"
-kind = "error_rate"
-window = "5m"
-above = 0.2
-for = "0s"
-clear_for = "0s"
-action = {ticket_action(tmp_path)}
-""")
+    config = alert_config(tmp_path, name="write-errors", op="data-write", kind="error_rate",
+                          window="5m", above=0.2, for_="0s", clear_for="0s")
     db = config.database
     write_errors(db, B, 10, ok=60, errors=0)
     write_errors(db, B + 10 * M, 2, ok=30, errors=30)  # 50 % of attempts fail
@@ -249,27 +240,13 @@ action = {ticket_action(tmp_path)}
     with Store(db) as store:
         (obs,), moved = evaluate(config, store, B + 31 * M + 1)
     assert obs.value == 1.0 and [t.event for t in moved] == ["firing"]
-    alerts = ServiceAlerts(config)
-    try:
-        alerts.evaluate(B + 36 * M + 1)  # the burst has left the window
-        settle(alerts, db)
-    finally:
-        alerts.close(5)
+    evaluate_and_settle(config, B + 36 * M + 1)  # the burst has left the window
     assert [t[:2] for t in tickets(tmp_path)] == [["firing", "firing"], ["resolved", "resolved"]]
 
 
 def test_stuck_rule_from_records_and_from_the_live_state(tmp_path):
-    config = configure(tmp_path, f"""
-[[alert]]
-name = "stuck"
-kind = "stuck"
-window = "1m"
-above = "30s"
-critical = "2m"
-for = "0s"
-clear_for = "1m"
-action = {ticket_action(tmp_path)}
-""")
+    config = alert_config(tmp_path, name="stuck", kind="stuck", window="1m", above="30s",
+                          critical="2m", for_="0s", clear_for="1m")
     db = config.database
     record(db, B, 10, ops=("data-read",), stuck={B + 3 * M: 45.0})
     record(db, B, 10, ops=("md-stat",))
@@ -287,11 +264,7 @@ action = {ticket_action(tmp_path)}
         for k in (6, 7):
             _, moved = evaluate(config, store, B + k * M + 1)
         assert [(t.after, t.event) for t in moved] == [("resolved", "resolved")]
-    alerts = ServiceAlerts(config)
-    try:
-        settle(alerts, db)
-    finally:
-        alerts.close(5)
+    evaluate_and_settle(config)
     sent = tickets(tmp_path)
     assert [(t[1], t[5]) for t in sent] == [("firing", "warning"), ("escalated", "critical"),
                                             ("resolved", "critical")]
@@ -300,15 +273,8 @@ action = {ticket_action(tmp_path)}
 
 def test_live_stuck_raises_a_slowdown_rule(tmp_path):
     """A hung filesystem reads as slow: an op in flight for 40 s is a huge slowdown."""
-    config = configure(tmp_path, f"""
-[[alert]]
-name = "slow"
-op = "md-stat"
-statistic = "q95"
-window = "1m"
-above = 10.0
-action = {ticket_action(tmp_path)}
-""")
+    config = alert_config(tmp_path, name="slow", op="md-stat", statistic="q95", window="1m",
+                          above=10.0)
     record_baseline(config.database, ops=("md-stat",))
     record(config.database, B, 3)
     with Store(config.database) as store:
@@ -323,19 +289,8 @@ action = {ticket_action(tmp_path)}
 # -- rules of the state machine ---------------------------------------------------------------
 
 def test_repeat_and_a_new_incident_after_resolve(tmp_path):
-    config = configure(tmp_path, f"""
-[[alert]]
-name = "r"
-op = "md-stat"
-statistic = "median"
-window = "1m"
-above = 5.0
-critical = 15.0
-for = "0s"
-clear_for = "0s"
-repeat = "3m"
-action = {ticket_action(tmp_path)}
-""")
+    config = alert_config(tmp_path, name="r", op="md-stat", statistic="median", window="1m",
+                          above=5.0, critical=15.0, for_="0s", clear_for="0s", repeat="3m")
     db = config.database
     record_baseline(db, ops=("md-stat",))
     for k, factor in enumerate([1, 8, 8, 8, 8, 8, 8, 1, 8, 1]):
@@ -408,16 +363,8 @@ def test_a_gap_in_evaluation_restarts_the_clocks():
 
 
 def test_evaluating_a_minute_twice_changes_nothing(tmp_path):
-    config = configure(tmp_path, f"""
-[[alert]]
-name = "r"
-op = "md-stat"
-statistic = "median"
-window = "1m"
-above = 5.0
-for = "1m"
-action = {ticket_action(tmp_path)}
-""")
+    config = alert_config(tmp_path, name="r", op="md-stat", statistic="median", window="1m",
+                          above=5.0, for_="1m")
     record_baseline(config.database, ops=("md-stat",))
     record(config.database, B, 5, factor=9)
     with Store(config.database) as store:
@@ -430,18 +377,11 @@ action = {ticket_action(tmp_path)}
 
 
 def test_a_subject_the_rule_no_longer_covers_is_resolved(tmp_path):
-    rules = """
-[[alert]]
-name = "r"
-target = "{target}"
-op = "md-stat"
-statistic = "median"
-window = "1m"
-above = 5.0
-action = {action}
-"""
-    action = ticket_action(tmp_path)
-    both = configure(tmp_path, rules.format(target="*", action=action), targets=("a", "b"))
+    def covering(target: str) -> Config:
+        return alert_config(tmp_path, ("a", "b"), name="r", target=target, op="md-stat",
+                            statistic="median", window="1m", above=5.0)
+
+    both = covering("*")
     record(both.database, B, 3, factor=1, targets=("a", "b"))
     with Store(both.database) as store:
         baseline.rebaseline(store, B + 3 * M, "test", B, B + 3 * M)
@@ -450,8 +390,7 @@ action = {action}
         _, moved = evaluate(both, store, B + 4 * M + 1)
         assert sorted((t.subject, t.event) for t in moved) == [("a/md-stat", "firing"),
                                                                ("b/md-stat", "firing")]
-        only_a = configure(tmp_path, rules.format(target="a", action=action),
-                           targets=("a", "b"))
+        only_a = covering("a")
         _, moved = evaluate(only_a, store, B + 5 * M + 1)
         assert [(t.subject, t.after, t.event) for t in moved] == [
             ("b/md-stat", "resolved", "resolved")]
@@ -461,14 +400,7 @@ action = {action}
 
 
 def test_evaluate_from_the_command_line_sends_what_it_owes(tmp_path):
-    config = configure(tmp_path, f"""
-[[alert]]
-name = "stuck-now"
-kind = "stuck"
-window = "1m"
-above = "10s"
-action = {ticket_action(tmp_path)}
-""")
+    config = alert_config(tmp_path, name="stuck-now", kind="stuck", window="1m", above="10s")
     minute = int(time.time() // 60 * 60)
     # Stuck in this minute and the two before: whichever minute the evaluation falls in, its
     # window holds a stuck minute.

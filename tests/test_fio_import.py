@@ -19,18 +19,16 @@ import pytest
 from click.testing import CliRunner
 
 from slowdown.analysis.cli.import_fio import import_fio
-from slowdown.analysis.fio import FioLogError, histlog
-from slowdown.analysis.fio.histlog import HistLog, RawBlock, TextBlocks, parse_block
+from slowdown.analysis.fio import FioLogError, blockparse
+from slowdown.analysis.fio.blockparse import parse_block
+from slowdown.analysis.fio.histlog import HistLog
+from slowdown.analysis.fio.intervals import IntervalSeries
 from slowdown.analysis.fio.latlog import LatLog
 from slowdown.analysis.fio.layout import Layout, fine_index
-from slowdown.analysis.fio.merge import (
-    IntervalSeries,
-    bin_stats,
-    exact_stats,
-    host_of,
-    merge,
-    open_sources,
-)
+from slowdown.analysis.fio.merge import merge
+from slowdown.analysis.fio.percentiles import bin_stats, exact_stats
+from slowdown.analysis.fio.sources import host_of, open_sources
+from slowdown.analysis.fio.textblocks import RawBlock, TextBlocks
 from slowdown.analysis.store import Selection, Store
 
 SAMPLES = Path(__file__).resolve().parents[2] / "shared" / "data" / "fio"
@@ -136,12 +134,12 @@ def test_coarse_bins_are_unions_of_fine_ones():
 # -- the parser ---------------------------------------------------------------------------------
 
 def _slow(raw: RawBlock, columns: int, wanted):
-    return histlog._slow(raw.data, columns, wanted, str)
+    return blockparse._slow(raw.data, columns, wanted, str)
 
 
 def _fast(raw: RawBlock, columns: int) -> np.ndarray | None:
     out = np.empty(raw.size * columns, dtype=np.int64)
-    lines = histlog._fast(raw, columns, None, out)
+    lines = blockparse._fast(raw, columns, None, out)
     return None if lines is None else out[:lines * columns].reshape(lines, columns)
 
 

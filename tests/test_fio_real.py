@@ -121,7 +121,7 @@ def assert_within_a_bin(mine: str, reference: str, layout: Layout, weighted: boo
     assert [r.get("dir") for r in a] == [r.get("dir") for r in b]
     percentiles = [k for k in b[0] if k == "median" or k.endswith("%")]
     for x, y in zip(a, b):
-        if not weighted:  # the weighted samples column counts differently, see merge.py
+        if not weighted:  # the weighted samples column counts differently, see fio/intervals.py
             assert x["samples"] == y["samples"]
         for name in percentiles:
             mine, theirs_ = float(x[name]), float(y[name])

@@ -24,17 +24,10 @@ from pathlib import Path
 import click
 
 from slowdown.analysis.fio import FioLogError
+from slowdown.analysis.fio.intervals import DIRECTION_LETTERS, IntervalSeries
 from slowdown.analysis.fio.latlog import UNITS as LAT_UNITS
-from slowdown.analysis.fio.merge import (
-    DIRECTION_LETTERS,
-    METHODS,
-    IntervalSeries,
-    MinuteRecords,
-    Source,
-    merge,
-    open_sources,
-    parse_percentiles,
-)
+from slowdown.analysis.fio.merge import merge
+from slowdown.analysis.fio.minute_records import MinuteRecords
 from slowdown.analysis.fio.output import (
     UNIT_SECONDS,
     csv_text,
@@ -42,6 +35,8 @@ from slowdown.analysis.fio.output import (
     write_file,
     write_records,
 )
+from slowdown.analysis.fio.percentiles import METHODS, parse_percentiles
+from slowdown.analysis.fio.sources import Source, open_sources
 from slowdown.analysis.units import parse_time
 
 EXIT_BAD_INPUT = 2

@@ -9,12 +9,18 @@ hosts, and merges them into one series of intervals (``slowdown import-fio``):
 
 - ``layout``: fio's bin layouts (1216 bins in microseconds before fio 3.0, 1856 in
   nanoseconds since, either coarsened by ``--log_hist_coarseness``) and their bin values;
-- ``histlog``: the chunked numpy text parser and the histogram-log reader;
-- ``latlog``: the latency-log reader;
-- ``merge``: files in time lockstep, intervals, the weighting of fiologparser_hist.py,
-  host offsets, percentiles;
+- ``textblocks``: a file's text in blocks of whole lines, in reused buffers;
+- ``blockparse``: the numpy parser of such blocks of comma-separated whole numbers;
+- ``logblock``: the parsed ``Block`` (times, directions, bins or latencies) both readers return;
+- ``histlog``: the histogram-log reader; ``latlog``: the latency-log reader;
+- ``sources``: the input files, their kind, layout and host, and host offsets;
+- ``percentiles``: percentiles, min, mean and max of fio bins or of exact latencies;
+- ``intervals``: intervals, the weighting of fiologparser_hist.py, rows for CSV and JSON;
+- ``minute_records``: minute records of slowdown's histogram, for the database;
+- ``merge``: the files read in time lockstep on a thread pool, fed to ``intervals`` or
+  ``minute_records``;
 - ``output``: CSV (the columns of fiologparser_hist.py), JSON, and database records;
-- ``cli``: the ``import-fio`` command.
+- ``slowdown.analysis.cli.import_fio``: the ``import-fio`` command.
 """
 
 from __future__ import annotations

@@ -16,7 +16,9 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from slowdown.analysis.fio.histlog import Block, RawBlock, check_directions, parse_block
+from slowdown.analysis.fio.blockparse import parse_block
+from slowdown.analysis.fio.logblock import Block, check_directions
+from slowdown.analysis.fio.textblocks import RawBlock
 
 MIN_COLUMNS = 4
 MAX_COLUMNS = 7

@@ -22,7 +22,7 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-from slowdown.analysis.fio.merge import Row
+from slowdown.analysis.fio.intervals import Row
 from slowdown.analysis.store.records import Record
 
 UNIT_SECONDS = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0}
