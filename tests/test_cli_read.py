@@ -126,7 +126,7 @@ def test_history_json_is_the_csv_as_one_document(calm_then_slow, monkeypatch):
     """The JSON form holds the CSV's rows (NaN as null: a minute of skipped ticks only),
     laid out as ``json.dumps(indent=2)`` lays out the whole document, whatever the block of
     rows written at a time; an empty range is an empty list."""
-    from slowdown.analysis.cli import commands
+    from slowdown.analysis.cli import history as history_command
     from slowdown.analysis.store.records import Record
 
     with Store(calm_then_slow) as store:  # a minute with no completed op: no quantiles
@@ -152,8 +152,8 @@ def test_history_json_is_the_csv_as_one_document(calm_then_slow, monkeypatch):
                 assert got[key] == pytest.approx(float(value), rel=1e-8), key
     skipped = next(r for r in doc["rows"] if r["skipped"])
     assert skipped["count"] == 0 and skipped["median"] is None and skipped["max"] is None
-    writer = commands._write_history_json
-    monkeypatch.setattr(commands, "_write_history_json",
+    writer = history_command._write_history_json
+    monkeypatch.setattr(history_command, "_write_history_json",
                         lambda *a: writer(*a, block=7))  # 1441 rows: many blocks
     assert run(*args, "--format", "json")[1] == text
     _, empty = run(*base, "--since", "2026-10-01", "--until", "2026-10-02", "--format", "json")

@@ -9,10 +9,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from slowdown.analysis import config as config_module
 from slowdown.analysis.config import (
-    OPS,
-    STATISTICS,
     ActionConfig,
     AlertRule,
     BaselineConfig,
@@ -25,12 +22,15 @@ from slowdown.analysis.config import (
     default_config,
     find_config_path,
     format_key,
-    is_statistic,
     load,
     load_config,
     loads,
-    statistic_quantile,
 )
+from slowdown.analysis.config.alert_checks import _ACTION_KEYS, _ALERT_KEYS
+from slowdown.analysis.config.checks import _BASELINE_KEYS, _METRICS_KEYS, _TARGET_KEYS, _TOP_KEYS
+from slowdown.analysis.config.locator import _Locator
+from slowdown.analysis.config.model import ACTION_TYPES, ALERT_KINDS
+from slowdown.analysis.words import OPS, STATISTICS, is_statistic, statistic_quantile
 from slowdown.probe.cli import main
 
 REPO = Path(__file__).resolve().parent.parent
@@ -234,17 +234,19 @@ def test_defaults_of_a_minimal_file(tmp_path, environ):
         config.target("work")
 
 
-def test_metrics_table_without_listen_binds_loopback(environ):
-    config = loads(MINIMAL + "[metrics]\n", environ=environ)
-    assert config.metrics == MetricsConfig("127.0.0.1", 9877)
-    assert config.metrics.listen == "127.0.0.1:9877"
-
-
-def test_metrics_may_bind_other_addresses_when_written(environ):
-    config = loads(MINIMAL + '[metrics]\nlisten = "0.0.0.0:9100"\n', environ=environ)
-    assert (config.metrics.listen_host, config.metrics.listen_port) == ("0.0.0.0", 9100)
-    config = loads(MINIMAL + '[metrics]\nlisten = "[::1]:9877"\n', environ=environ)
-    assert config.metrics.listen == "[::1]:9877"
+@pytest.mark.parametrize(
+    ("line", "host", "port", "listen"),
+    [
+        pytest.param("", "127.0.0.1", 9877, "127.0.0.1:9877", id="loopback without listen"),
+        pytest.param('listen = "0.0.0.0:9100"\n', "0.0.0.0", 9100, "0.0.0.0:9100",
+                     id="any address when written"),
+        pytest.param('listen = "[::1]:9877"\n', "::1", 9877, "[::1]:9877", id="IPv6 in brackets"),
+    ],
+)
+def test_metrics_listen(environ, line, host, port, listen):
+    config = loads(MINIMAL + "[metrics]\n" + line, environ=environ)
+    assert config.metrics == MetricsConfig(host, port)
+    assert config.metrics.listen == listen
 
 
 def test_service_state_directory_is_the_default_database(environ):
@@ -263,16 +265,16 @@ def test_reference_config_passes(environ):
 def test_reference_config_documents_every_key():
     text = REFERENCE.read_text()
     keys = [
-        *config_module._TOP_KEYS,
-        *config_module._BASELINE_KEYS,
-        *config_module._TARGET_KEYS,
-        *config_module._METRICS_KEYS,
-        *config_module._ALERT_KEYS,
-        *(key for keys in config_module._ACTION_KEYS.values() for key in keys),
+        *_TOP_KEYS,
+        *_BASELINE_KEYS,
+        *_TARGET_KEYS,
+        *_METRICS_KEYS,
+        *_ALERT_KEYS,
+        *(key for keys in _ACTION_KEYS.values() for key in keys),
     ]
     missing = [key for key in keys if key not in text]
     assert missing == []
-    for kind in (*config_module.ALERT_KINDS, *config_module.ACTION_TYPES):
+    for kind in (*ALERT_KINDS, *ACTION_TYPES):
         assert f'"{kind}"' in text
 
 
@@ -361,27 +363,23 @@ def test_file_without_targets_is_an_error(tmp_path, environ):
 
 # --------------------------------------------------------------------------- mistakes
 
+def above_target(line: str) -> str:
+    """A top-level ``line``, marked as the mistake, above one valid [[target]]."""
+    return f"{line}  # <-\n{MINIMAL}"
+
+
+def in_target(line: str) -> str:
+    """One valid [[target]] with ``line``, marked as the mistake, added to it."""
+    return f"{MINIMAL}{line}  # <-\n"
+
+
+# Each case: the text, the key the one error names and a fragment of its message. The line
+# marked ``# <-`` is where the error must be reported.
 MISTAKES = {
-    "unknown top-level key": (
-        """
-        intervall = "2s"  # <-
-        [[target]]
-        name = "home"
-        path = "/srv/home"
-        """,
-        "intervall",
-        "did you mean 'interval'",
-    ),
-    "unknown key in a target": (
-        """
-        [[target]]
-        name = "home"
-        path = "/srv/home"
-        pool_file = 100  # <-
-        """,
-        "target[1].pool_file",
-        "did you mean 'pool_files'",
-    ),
+    "unknown top-level key": ('intervall = "2s"  # <-' + MINIMAL, "intervall",
+                              "did you mean 'interval'"),
+    "unknown key in a target": (in_target("pool_file = 100"), "target[1].pool_file",
+                                "did you mean 'pool_files'"),
     "unknown key in a table": (
         MINIMAL
         + """
@@ -410,80 +408,33 @@ MISTAKES = {
         "alert[1].action.argvv",
         "did you mean 'argv'",
     ),
-    "string where an integer is needed": (
-        """
-        [[target]]
-        name = "home"
-        path = "/srv/home"
-        pool_files = "100"  # <-
-        """,
-        "target[1].pool_files",
-        "expected an integer, got a string",
-    ),
-    "boolean where an integer is needed": (
-        """
-        [[target]]
-        name = "home"
-        path = "/srv/home"
-        pool_dirs = true  # <-
-        """,
-        "target[1].pool_dirs",
-        "got a boolean",
-    ),
-    "negative size": (
-        """
-        [[target]]
-        name = "home"
-        path = "/srv/home"
-        data_size = "-1GiB"  # <-
-        """,
-        "target[1].data_size",
-        "expected a size like 256GiB or a multiple of RAM like 4xRAM",
-    ),
-    "bad object size": (
-        """
-        [[target]]
-        name = "home"
-        path = "/srv/home"
-        object_size = "3.5B"  # <-
-        """,
-        "target[1].object_size",
-        "whole number of bytes",
-    ),
-    "pool not divisible into directories": (
-        """
-        [[target]]
-        name = "home"
-        path = "/srv/home"
-        pool_files = 1001  # <-
-        pool_dirs = 10
-        """,
-        "target[1].pool_files",
-        "multiple of pool_dirs",
-    ),
-    "interval zero": ('interval = "0s"  # <-\n' + MINIMAL, "interval", "longer than 0s"),
-    "interval above a minute": ('interval = "61s"  # <-\n' + MINIMAL, "interval", "at most 1m"),
-    "interval not a duration": ('interval = "fast"  # <-\n' + MINIMAL, "interval", "got 'fast'"),
-    "unknown statistic": (
-        'statistics = ["median", "p95"]  # <-\n' + MINIMAL,
-        "statistics[2]",
-        "unknown statistic 'p95'",
-    ),
-    "window not positive": ('windows = ["1m", "0s"]  # <-\n' + MINIMAL, "windows[2]", "0s"),
-    "window not whole minutes": ('windows = ["90s"]  # <-\n' + MINIMAL, "windows[1]", "minutes"),
-    "windows not an array": ('windows = "1m"  # <-\n' + MINIMAL, "windows", "expected an array"),
+    "string where an integer is needed": (in_target('pool_files = "100"'), "target[1].pool_files",
+                                          "expected an integer, got a string"),
+    "boolean where an integer is needed": (in_target("pool_dirs = true"), "target[1].pool_dirs",
+                                           "got a boolean"),
+    "negative size": (in_target('data_size = "-1GiB"'), "target[1].data_size",
+                      "expected a size like 256GiB or a multiple of RAM like 4xRAM"),
+    "bad object size": (in_target('object_size = "3.5B"'), "target[1].object_size",
+                        "whole number of bytes"),
+    "pool not divisible into directories": (MINIMAL + "pool_files = 1001  # <-\npool_dirs = 10\n",
+                                            "target[1].pool_files", "multiple of pool_dirs"),
+    "interval zero": (above_target('interval = "0s"'), "interval", "longer than 0s"),
+    "interval above a minute": (above_target('interval = "61s"'), "interval", "at most 1m"),
+    "interval not a duration": (above_target('interval = "fast"'), "interval", "got 'fast'"),
+    "unknown statistic": (above_target('statistics = ["median", "p95"]'), "statistics[2]",
+                          "unknown statistic 'p95'"),
+    "window not positive": (above_target('windows = ["1m", "0s"]'), "windows[2]", "0s"),
+    "window not whole minutes": (above_target('windows = ["90s"]'), "windows[1]", "minutes"),
+    "windows not an array": (above_target('windows = "1m"'), "windows", "expected an array"),
     "windows over several lines": (
         'windows = [  # <-\n  "1m",\n  "-10m",\n]\n' + MINIMAL,
         "windows[2]",
         "negative",
     ),
-    "retention too short": ('retention = "10m"  # <-\n' + MINIMAL, "retention", "at least 1h"),
-    "histogram scale out of range": (
-        "histogram_scale = 9  # <-\n" + MINIMAL,
-        "histogram_scale",
-        "at most 8",
-    ),
-    "host with a slash": ('host = "a/b"  # <-\n' + MINIMAL, "host", "expected a name"),
+    "retention too short": (above_target('retention = "10m"'), "retention", "at least 1h"),
+    "histogram scale out of range": (above_target("histogram_scale = 9"), "histogram_scale",
+                                     "at most 8"),
+    "host with a slash": (above_target('host = "a/b"'), "host", "expected a name"),
     "target name not unique": (
         MINIMAL
         + """
@@ -494,24 +445,10 @@ MISTAKES = {
         "target[2].name",
         "already the name of target[1]",
     ),
-    "target name with spaces": (
-        """
-        [[target]]
-        name = "my home"  # <-
-        path = "/srv/home"
-        """,
-        "target[1].name",
-        "expected a name",
-    ),
-    "target path relative": (
-        """
-        [[target]]
-        name = "home"
-        path = "srv/home"  # <-
-        """,
-        "target[1].path",
-        "absolute path",
-    ),
+    "target name with spaces": ('[[target]]\nname = "my home"  # <-\npath = "/srv/home"\n',
+                                "target[1].name", "expected a name"),
+    "target path relative": ('[[target]]\nname = "home"\npath = "srv/home"  # <-\n',
+                             "target[1].path", "absolute path"),
     "two targets in one directory": (
         MINIMAL
         + """
@@ -532,38 +469,7 @@ MISTAKES = {
         "missing",
     ),
     "single table instead of array of tables": (
-        """
-        [target]  # <-
-        name = "home"
-        path = "/srv/home"
-        """,
-        "target",
-        "two brackets",
-    ),
-    "listen without port": (
-        MINIMAL + '[metrics]\nlisten = "localhost"  # <-\n',
-        "metrics.listen",
-        "host:port",
-    ),
-    "listen port out of range": (
-        MINIMAL + '[metrics]\nlisten = "127.0.0.1:70000"  # <-\n',
-        "metrics.listen",
-        "1..65535",
-    ),
-    "listen on a malformed address": (
-        MINIMAL + '[metrics]\nlisten = "127.0.0.256:9877"  # <-\n',
-        "metrics.listen",
-        "not an IPv4 address",
-    ),
-    "listen port zero": (
-        MINIMAL + '[metrics]\nlisten = "127.0.0.1:0"  # <-\n',
-        "metrics.listen",
-        "1..65535",
-    ),
-    "listen on no named address": (
-        MINIMAL + '[metrics]\nlisten = ":9877"  # <-\n',
-        "metrics.listen",
-        "explicitly",
+        '[target]  # <-\nname = "home"\npath = "/srv/home"\n', "target", "two brackets"
     ),
     "expected not same or median": (
         MINIMAL + '[baseline]\nexpected = "mean"  # <-\n',
@@ -575,21 +481,18 @@ MISTAKES = {
         "baseline.period",
         "'month'",
     ),
-    "dotted key": (
-        'baseline.expected = "q95"  # <-\n' + MINIMAL,
-        "baseline.expected",
-        "expected one of",
-    ),
-    "quoted key": (
-        """
-        [[target]]
-        name = "home"
-        path = "/srv/home"
-        "pool files" = 10  # <-
-        """,
-        'target[1]."pool files"',
-        "unknown key",
-    ),
+    "dotted key": (above_target('baseline.expected = "q95"'), "baseline.expected",
+                   "expected one of"),
+    "quoted key": (in_target('"pool files" = 10'), 'target[1]."pool files"', "unknown key"),
+}
+
+# Each case: an address [metrics] listens on and a fragment of the error at metrics.listen.
+LISTEN_MISTAKES = {
+    "listen without port": ("localhost", "host:port"),
+    "listen port out of range": ("127.0.0.1:70000", "1..65535"),
+    "listen on a malformed address": ("127.0.0.256:9877", "not an IPv4 address"),
+    "listen port zero": ("127.0.0.1:0", "1..65535"),
+    "listen on no named address": (":9877", "explicitly"),
 }
 
 ALERT = """
@@ -604,241 +507,103 @@ path = "/srv/work"
 [[alert]]
 name = "slow"
 """
+# The body of the [[alert]] most cases start from, and its usual action.
+SLOW = 'statistic = "q95"\nwindow = "10m"\nabove = 10\n'
+COMMAND = 'action = { type = "command", argv = ["/bin/true"] }\n'
 
 ALERT_MISTAKES = {
-    "critical below above": (
-        """
-        statistic = "q95"
-        window = "10m"
-        above = 10
-        critical = 5  # <-
-        action = { type = "command", argv = ["/bin/true"] }
-        """,
-        "alert[1].critical",
-        "must be >= above",
-    ),
-    "alert target names no target": (
-        """
-        target = "wrok"  # <-
-        statistic = "q95"
-        window = "10m"
-        above = 10
-        action = { type = "command", argv = ["/bin/true"] }
-        """,
-        "alert[1].target",
-        "did you mean 'work'",
-    ),
+    "critical below above": (SLOW + "critical = 5  # <-\n" + COMMAND, "alert[1].critical",
+                             "must be >= above"),
+    "alert target names no target": ('target = "wrok"  # <-\n' + SLOW + COMMAND,
+                                     "alert[1].target", "did you mean 'work'"),
     "alert target list entry names no target": (
-        """
-        target = ["home", "scratch*"]  # <-
-        statistic = "q95"
-        window = "10m"
-        above = 10
-        action = { type = "command", argv = ["/bin/true"] }
-        """,
+        'target = ["home", "scratch*"]  # <-\n' + SLOW + COMMAND,
         "alert[1].target[2]",
         "'scratch*' matches no [[target]]",
     ),
-    "op glob matches no op": (
-        """
-        op = "meta-*"  # <-
-        statistic = "q95"
-        window = "10m"
-        above = 10
-        action = { type = "command", argv = ["/bin/true"] }
-        """,
-        "alert[1].op",
-        "matches no op",
-    ),
+    "op glob matches no op": ('op = "meta-*"  # <-\n' + SLOW + COMMAND, "alert[1].op",
+                              "matches no op"),
     "unknown statistic in an alert": (
-        """
-        statistic = "q95.55"  # <-
-        window = "10m"
-        above = 10
-        action = { type = "command", argv = ["/bin/true"] }
-        """,
+        'statistic = "q95.55"  # <-\nwindow = "10m"\nabove = 10\n' + COMMAND,
         "alert[1].statistic",
         "unknown statistic",
     ),
-    "slowdown alert without statistic": (
-        """
-        window = "10m"
-        above = 10
-        action = { type = "command", argv = ["/bin/true"] }
-        """,
-        "alert[1].statistic",
-        "missing",
-    ),
-    "alert without a level": (
-        """
-        statistic = "q95"
-        window = "10m"
-        action = { type = "command", argv = ["/bin/true"] }
-        """,
-        "alert[1].above",
-        "above, critical or both",
-    ),
+    "slowdown alert without statistic": ('window = "10m"\nabove = 10\n' + COMMAND,
+                                         "alert[1].statistic", "missing"),
+    "alert without a level": ('statistic = "q95"\nwindow = "10m"\n' + COMMAND, "alert[1].above",
+                              "above, critical or both"),
     "slowdown threshold not a number": (
-        """
-        statistic = "q95"
-        window = "10m"
-        above = "10x"  # <-
-        action = { type = "command", argv = ["/bin/true"] }
-        """,
+        'statistic = "q95"\nwindow = "10m"\nabove = "10x"  # <-\n' + COMMAND,
         "alert[1].above",
         "expected a number",
     ),
-    "error rate above one": (
-        """
-        kind = "error_rate"
-        window = "10m"
-        above = 1.5  # <-
-        action = { type = "command", argv = ["/bin/true"] }
-        """,
-        "alert[1].above",
-        "fraction",
-    ),
+    "error rate above one": ('kind = "error_rate"\nwindow = "10m"\nabove = 1.5  # <-\n' + COMMAND,
+                             "alert[1].above", "fraction"),
     "stuck threshold not a duration": (
-        """
-        kind = "stuck"
-        window = "1m"
-        above = "soon"  # <-
-        action = { type = "command", argv = ["/bin/true"] }
-        """,
+        'kind = "stuck"\nwindow = "1m"\nabove = "soon"  # <-\n' + COMMAND,
         "alert[1].above",
         "expected a duration",
     ),
-    "unknown kind": (
-        """
-        kind = "latency"  # <-
-        window = "1m"
-        above = 1
-        action = { type = "command", argv = ["/bin/true"] }
-        """,
-        "alert[1].kind",
-        "'slowdown', 'error_rate', 'stuck'",
-    ),
-    "for not a duration": (
-        """
-        statistic = "q95"
-        window = "10m"
-        above = 10
-        for = "a while"  # <-
-        action = { type = "command", argv = ["/bin/true"] }
-        """,
-        "alert[1].for",
-        "expected a duration",
-    ),
-    "missing action": (
-        """
-        statistic = "q95"
-        window = "10m"
-        above = 10
-        """,
-        "alert[1].action",
-        "missing",
-    ),
-    "unknown action type": (
-        """
-        statistic = "q95"
-        window = "10m"
-        above = 10
-        action = { type = "pager", number = "555" }  # <-
-        """,
-        "alert[1].action.type",
-        "got 'pager'",
-    ),
-    "command argv empty": (
-        """
-        statistic = "q95"
-        window = "10m"
-        above = 10
-        action = { type = "command", argv = [] }  # <-
-        """,
-        "alert[1].action.argv",
-        "empty",
-    ),
+    "unknown kind": ('kind = "latency"  # <-\nwindow = "1m"\nabove = 1\n' + COMMAND,
+                     "alert[1].kind", "'slowdown', 'error_rate', 'stuck'"),
+    "for not a duration": (SLOW + 'for = "a while"  # <-\n' + COMMAND, "alert[1].for",
+                           "expected a duration"),
+    "missing action": (SLOW, "alert[1].action", "missing"),
+    "unknown action type": (SLOW + 'action = { type = "pager", number = "555" }  # <-\n',
+                            "alert[1].action.type", "got 'pager'"),
+    "command argv empty": (SLOW + 'action = { type = "command", argv = [] }  # <-\n',
+                           "alert[1].action.argv", "empty"),
     "command argv a string": (
-        """
-        statistic = "q95"
-        window = "10m"
-        above = 10
-        action = { type = "command", argv = "/bin/open-ticket {target}" }  # <-
-        """,
+        SLOW + 'action = { type = "command", argv = "/bin/open-ticket {target}" }  # <-\n',
         "alert[1].action.argv",
         "without a shell",
     ),
     "command argv not all strings, in a multi-line array": (
-        """
-        statistic = "q95"
-        window = "10m"
-        above = 10
-        action = [  # <-
-            { type = "command", argv = ["/bin/true"] },
-            { type = "command", argv = ["/bin/x", 1] },
-        ]
-        """,
+        SLOW
+        + "action = [  # <-\n"
+        + '    { type = "command", argv = ["/bin/true"] },\n'
+        + '    { type = "command", argv = ["/bin/x", 1] },\n]\n',
         "alert[1].action[2].argv",
         "array of strings",
     ),
     "webhook url not http": (
-        """
-        statistic = "q95"
-        window = "10m"
-        above = 10
+        SLOW
+        + textwrap.dedent("""
+            [[alert.action]]
+            type = "command"
+            argv = ["/bin/true"]
 
-        [[alert.action]]
-        type = "command"
-        argv = ["/bin/true"]
-
-        [[alert.action]]
-        type = "webhook"
-        url = "ftp://example.org/hook"  # <-
-        """,
+            [[alert.action]]
+            type = "webhook"
+            url = "ftp://example.org/hook"  # <-
+            """),
         "alert[1].action[2].url",
         "http:// or https://",
     ),
     "webhook with two token sources": (
-        """
-        statistic = "q95"
-        window = "10m"
-        above = 10
-        [alert.action]
-        type = "webhook"
-        url = "https://example.org/hook"
-        token_file = "/etc/token"
-        token_env = "TOKEN"  # <-
-        """,
+        SLOW
+        + textwrap.dedent("""\
+            [alert.action]
+            type = "webhook"
+            url = "https://example.org/hook"
+            token_file = "/etc/token"
+            token_env = "TOKEN"  # <-
+            """),
         "alert[1].action.token_env",
         "not both",
     ),
     "email with a bad address": (
-        """
-        statistic = "q95"
-        window = "10m"
-        above = 10
-        action = { type = "email", to = ["ops@example.org", "nobody"] }  # <-
-        """,
+        SLOW + 'action = { type = "email", to = ["ops@example.org", "nobody"] }  # <-\n',
         "alert[1].action.to",
         "e-mail address",
     ),
     "email port a string": (
-        """
-        statistic = "q95"
-        window = "10m"
-        above = 10
-        action = { type = "email", to = "ops@example.org", smtp_port = "25" }  # <-
-        """,
+        SLOW + 'action = { type = "email", to = "ops@example.org", smtp_port = "25" }  # <-\n',
         "alert[1].action.smtp_port",
         "expected an integer",
     ),
     "key of another action type": (
-        """
-        statistic = "q95"
-        window = "10m"
-        above = 10
-        action = { type = "command", argv = ["/bin/true"], url = "https://x.org" }  # <-
-        """,
+        SLOW + 'action = { type = "command", argv = ["/bin/true"], url = "https://x.org" }  # <-\n',
         "alert[1].action.url",
         "known keys: type, argv, timeout",
     ),
@@ -861,6 +626,9 @@ ALERT_MISTAKES = {
 def _cases():
     for name, (text, key, fragment) in MISTAKES.items():
         yield pytest.param(textwrap.dedent(text).lstrip("\n"), key, fragment, id=name)
+    for name, (address, fragment) in LISTEN_MISTAKES.items():
+        text = f'{MINIMAL}[metrics]\nlisten = "{address}"  # <-\n'
+        yield pytest.param(text.lstrip("\n"), "metrics.listen", fragment, id=name)
     for name, (text, key, fragment) in ALERT_MISTAKES.items():
         full = ALERT.lstrip("\n") + textwrap.dedent(text).lstrip("\n")
         yield pytest.param(full, key, fragment, id=name)
@@ -917,19 +685,19 @@ def test_several_errors_are_collected_in_file_order(tmp_path, environ):
     assert lines[4].startswith(f"{path}:10: metrics.listen: ")
 
 
-def test_syntax_error_has_its_line(tmp_path, environ):
-    path = write(tmp_path, MINIMAL.lstrip("\n") + "pool_files = 10 000\n")
+@pytest.mark.parametrize(
+    ("text", "line"),
+    [
+        pytest.param(MINIMAL.lstrip("\n") + "pool_files = 10 000\n", 4, id="in a line"),
+        pytest.param('windows = ["1m",\n', 1, id="at end of document"),
+    ],
+)
+def test_syntax_error_has_its_line(tmp_path, environ, text, line):
+    path = write(tmp_path, text)
     (error,) = errors_of(path, environ)
-    assert error.line == 4
+    assert error.line == line
     assert error.message.startswith("TOML syntax error")
-    assert str(error).startswith(f"{path}:4: TOML syntax error")
-
-
-def test_syntax_error_at_end_of_document(tmp_path, environ):
-    path = write(tmp_path, 'windows = ["1m",\n')
-    (error,) = errors_of(path, environ)
-    assert error.line == 1
-    assert "TOML syntax error" in error.message
+    assert str(error).startswith(f"{path}:{line}: TOML syntax error")
 
 
 def test_unreadable_and_non_utf8_files(tmp_path, environ):
@@ -978,7 +746,7 @@ def test_locator_tracks_tables_arrays_and_inline_values():
         m = 4  # comment = 5
         '''
     ).lstrip("\n")
-    locator = config_module._Locator(text)
+    locator = _Locator(text)
     assert locator.line_of(("a",)) == 1
     assert locator.line_of(("t", "quoted key")) == 3
     assert locator.line_of(("t", "x", "y")) == 4
@@ -1110,19 +878,16 @@ def test_check_config_lists_every_error(tmp_path):
     assert "configuration OK" not in result.stdout
 
 
-def test_check_config_finds_the_file_through_the_environment(tmp_path):
+@pytest.mark.parametrize("through", ["the environment", "an argument"])
+def test_check_config_finds_the_file(tmp_path, through):
     path = write(tmp_path, MINIMAL)
-    result = _runner().invoke(main, ["check-config"], env={"SLOWDOWN_CONFIG": str(path)})
+    if through == "the environment":
+        result = _runner().invoke(main, ["check-config"], env={"SLOWDOWN_CONFIG": str(path)})
+    else:
+        result = _runner().invoke(main, ["check-config", str(path)])
     assert result.exit_code == 0, result.output
     assert f"configuration  {path}" in result.output
     assert "target home" in result.output
-
-
-def test_check_config_takes_the_file_as_an_argument_too(tmp_path):
-    path = write(tmp_path, MINIMAL)
-    result = _runner().invoke(main, ["check-config", str(path)])
-    assert result.exit_code == 0, result.output
-    assert f"configuration  {path}" in result.output
 
 
 def test_check_config_with_a_missing_file(tmp_path):

@@ -4,8 +4,9 @@
 - :mod:`.state` runs the state machine per (rule, subject) in the database and queues the
   messages it owes in the outbox, in the same transaction;
 - :mod:`.dispatch` delivers the outbox from a thread of its own, with timeouts and retries;
-- :mod:`.actions` are the command, webhook and e-mail deliveries;
-- :mod:`.cli` is ``slowdown alerts``.
+- :mod:`.actions` are the command, webhook and e-mail deliveries.
+
+``slowdown alerts`` (the rules, their state, ``--test``) is ``slowdown.analysis.cli.alerts``.
 
 The service holds one :class:`ServiceAlerts` and calls :meth:`ServiceAlerts.evaluate` after
 each successful minute flush; it only reads and writes the database and wakes the

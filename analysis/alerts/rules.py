@@ -20,11 +20,12 @@ from dataclasses import dataclass, field, replace
 from fnmatch import fnmatchcase
 from typing import Any
 
-from slowdown.analysis.config import OPS, AlertRule, Config
+from slowdown.analysis.config import AlertRule, Config
 from slowdown.analysis.stats.baseline import BaselineBook
 from slowdown.analysis.stats.slowdown import op_slowdown, window_selection
 from slowdown.analysis.store import Store, aggregate
 from slowdown.analysis.store.records import Aggregate, minute_of
+from slowdown.analysis.words import OPS
 
 LiveStuck = Mapping[tuple[str, str], float]
 

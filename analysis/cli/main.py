@@ -42,10 +42,10 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 # Subcommands imported only when named (or listed by --help): the uptime-like default must not
 # pay for numpy and the modules of commands it does not run.
 SUBCOMMANDS = {
-    "check": "commands:check",
-    "stats": "commands:stats",
-    "history": "commands:history",
-    "watch": "commands:watch",
+    "check": "check:check",
+    "stats": "stats:stats",
+    "history": "history:history",
+    "watch": "watch:watch",
     "alerts": "alerts:alerts",
     "import-fio": "import_fio:import_fio",
     "report": "report:report",

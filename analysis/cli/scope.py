@@ -16,6 +16,7 @@ from slowdown.analysis.stats.baseline import BaselineBook
 from slowdown.analysis.stats.window import quantile_of
 from slowdown.analysis.store import Store, StoreError, expand_paths
 from slowdown.analysis.units import parse_duration, parse_time
+from slowdown.analysis.words import OPS
 
 EXIT_USAGE = 2
 LIVE_FRESH = 5.0  # seconds: a live state older than this belongs to a stopped service
@@ -88,8 +89,7 @@ class Reader:
             if self.ops and not any(fnmatchcase(op, p) for p in self.ops):
                 continue
             found.setdefault(target, set()).add(op)
-        order = ("data-read", "data-write", "md-stat", "md-read", "md-delete", "md-write")
-        rank = {op: i for i, op in enumerate(order)}
+        rank = {op: i for i, op in enumerate(OPS)}
         return {t: sorted(ops, key=lambda o: (rank.get(o, 99), o))
                 for t, ops in sorted(found.items())}
 

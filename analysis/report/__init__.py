@@ -2,6 +2,6 @@
 
 ``data`` computes what every figure shows from the store, ``page`` writes the HTML with the
 figures' data embedded and drawn by inline script, ``png`` draws the same data with
-matplotlib, ``provision`` estimates the nodes a target aggregate needs, ``cli`` is the
-command. Nothing here is imported until the command runs.
+matplotlib, ``provision`` estimates the nodes a target aggregate needs. The command is
+``slowdown.analysis.cli.report``; nothing here is imported until it runs.
 """

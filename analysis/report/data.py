@@ -100,14 +100,6 @@ def floats(values) -> list:
     return out
 
 
-def _runs(cells: series.Cells) -> dict[tuple[str, str], slice]:
-    """Cells come sorted by (target, op, start): the slice of each series."""
-    if not len(cells):
-        return {}
-    bounds = [0, *(np.flatnonzero(np.diff(cells.series)) + 1).tolist(), len(cells)]
-    return {cells.names[cells.series[a]]: slice(a, b) for a, b in zip(bounds, bounds[1:])}
-
-
 def statistic_values(cells: series.Cells, statistic: str) -> np.ndarray:
     """A statistic of every cell raised to its stuck age, as ``slowdown history`` shows it."""
     if statistic == "mean":
@@ -117,20 +109,6 @@ def statistic_values(cells: series.Cells, statistic: str) -> np.ndarray:
     else:
         values = cells.quantiles[statistic]
     return series.raised(values, cells.stuck)
-
-
-def expected_values(book, cells: series.Cells, statistic: str, first: int,
-                    last: int) -> np.ndarray:
-    """The expected value of ``statistic`` in force at each cell's start (NaN: none), from
-    the baseline periods of ``[first, last]``, the first and the last record's minute: as
-    ``slowdown history --every 1m`` takes them, and the same for every window (a provisional
-    value is the one known at the last record; the book computes it once)."""
-    out = np.full(len(cells), np.nan)
-    for (target, op), part in _runs(cells).items():
-        begins, values = zip(*book.expected_periods(target, op, statistic, first, last))
-        which = np.searchsorted(np.asarray(begins), cells.start[part], side="right") - 1
-        out[part] = np.asarray(values)[np.maximum(which, 0)]
-    return out
 
 
 def _dense(grid: Grid, starts: np.ndarray, values: np.ndarray, fill: float = math.nan):
@@ -326,7 +304,7 @@ def collect(reader, start: int, end: int, statistics: Sequence[str], windows: Se
     needed = list(dict.fromkeys([grid.step, *steps.values()]))
     at_step = dict(zip(needed, series.histories(stores, selection, needed, wanted)))
     cells = at_step[grid.step]
-    runs = _runs(cells)
+    runs = series.runs(cells)
     heat = heatmaps(stores, selection, grid)
     figures = prov.per_node_figures(stores, selection)
     first, last = _record_span(stores, selection)
@@ -334,10 +312,10 @@ def collect(reader, start: int, end: int, statistics: Sequence[str], windows: Se
     for window in windows:
         window_step = steps[window]
         w_cells = at_step[window_step]
-        w_runs = _runs(w_cells)
+        w_runs = series.runs(w_cells)
         for stat in statistics:
             with np.errstate(divide="ignore", invalid="ignore"):
-                ratio = statistic_values(w_cells, stat) / expected_values(
+                ratio = statistic_values(w_cells, stat) / series.expected_values(
                     book, w_cells, stat, first, last)
             for target, ops in target_ops.items():
                 slowdowns[(window, stat, target)] = _slowdown_series(

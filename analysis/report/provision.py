@@ -24,11 +24,9 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
-
-import click
 
 if TYPE_CHECKING:
     import numpy as np
@@ -233,40 +231,6 @@ def provision_table(rows: Sequence[OpProvision], confidence: float) -> tuple[lis
                    f"nodes at {pct}", "ratio", "note"]
 
 
-# -- command-line options shared by `slowdown stats` and `slowdown report` ---------------------
-
-def provision_options(func: Callable) -> Callable:
-    """--provision, --confidence, --trials, --seed."""
-    options = [
-        click.option("--provision", "provision", default=None, metavar="GOAL",
-                     help="Nodes needed for this aggregate: ops/s (20000) or bytes/s "
-                          "(5GiB/s, data ops), from the per-minute variation."),
-        click.option("--confidence", default="99%", show_default=True,
-                     help="Confidence of the --provision estimate."),
-        click.option("--trials", type=click.IntRange(min=1), default=DEFAULT_TRIALS,
-                     show_default=True, help="Monte Carlo trials of the --provision estimate."),
-        click.option("--seed", type=int, default=DEFAULT_SEED, show_default=True,
-                     help="Seed of the --provision Monte Carlo run."),
-    ]
-    for option in reversed(options):
-        func = option(func)
-    return func
-
-
-def parse_provision_options(provision: str | None, confidence: str) -> tuple[Goal | None, float]:
-    """The goal (None without --provision) and the confidence, or a usage error naming the
-    flag."""
-    from slowdown.analysis.cli.scope import parse_fraction_option
-
-    level = parse_fraction_option(confidence, "--confidence")
-    if provision is None:
-        return None, level
-    try:
-        return parse_goal(provision), level
-    except ValueError as exc:
-        raise click.BadParameter(str(exc), param_hint="--provision") from None
-
-
 __all__ = [
     "Estimate",
     "Goal",
@@ -276,6 +240,5 @@ __all__ = [
     "per_node_figures",
     "provision_json",
     "provision_ops",
-    "provision_options",
     "provision_table",
 ]

@@ -24,8 +24,7 @@ from dataclasses import dataclass
 from slowdown.analysis.stats.window import estimate
 from slowdown.analysis.store import Selection, Store, aggregate
 from slowdown.analysis.store.records import MINUTE, Aggregate, minute_of
-
-STANDARD_STATISTICS = ("median", "mean", "max", "q90", "q95", "q99")
+from slowdown.analysis.words import STATISTICS
 
 
 @dataclass(frozen=True)
@@ -125,7 +124,7 @@ def load(store: Store) -> list[Baseline]:
 
 
 def _statistics(extra: Iterable[str]) -> list[str]:
-    return list(dict.fromkeys([*STANDARD_STATISTICS, *extra]))
+    return list(dict.fromkeys([*STATISTICS, *extra]))
 
 
 def maintain(store: Store, now: float, provisional_after: float = 86400.0,

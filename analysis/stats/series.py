@@ -349,6 +349,28 @@ def _quantiles_at(scale: int, blobs, cell_of_row, n, count, c_min, c_max,
     return out
 
 
+def runs(cells: Cells) -> dict[tuple[str, str], slice]:
+    """Cells come sorted by (target, op, start): the slice of each series."""
+    if not len(cells):
+        return {}
+    bounds = [0, *(np.flatnonzero(np.diff(cells.series)) + 1).tolist(), len(cells)]
+    return {cells.names[cells.series[a]]: slice(a, b) for a, b in zip(bounds, bounds[1:])}
+
+
+def expected_values(book, cells: Cells, statistic: str, first: int,
+                    last: int) -> np.ndarray:
+    """The expected value of ``statistic`` in force at each cell's start (NaN: none), from
+    the baseline periods of ``[first, last]``, the first and the last record's minute: as
+    ``slowdown history --every 1m`` takes them, and the same for every window (a provisional
+    value is the one known at the last record; the book computes it once)."""
+    out = np.full(len(cells), np.nan)
+    for (target, op), part in runs(cells).items():
+        begins, values = zip(*book.expected_periods(target, op, statistic, first, last))
+        which = np.searchsorted(np.asarray(begins), cells.start[part], side="right") - 1
+        out[part] = np.asarray(values)[np.maximum(which, 0)]
+    return out
+
+
 def mean_of(cells: Cells) -> np.ndarray:
     with np.errstate(invalid="ignore", divide="ignore"):
         return np.where(cells.count > 0, cells.sum / cells.count, np.nan)

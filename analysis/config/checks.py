@@ -1,0 +1,216 @@
+"""The check of a whole parsed document: :func:`validate` turns it into a :class:`Config`.
+
+Every key is checked and every mistake reported, each with file, line and key, before
+anything is returned: a document gives a complete Config or a ConfigError / ConfigErrors,
+never part of one. Unknown keys are mistakes too (with the closest known key suggested).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from slowdown.analysis.config.alert_checks import _AlertChecks
+from slowdown.analysis.config.defaults import default_database, unsafe_target_path
+from slowdown.analysis.config.errors import KeyPath
+from slowdown.analysis.config.locator import _Locator
+from slowdown.analysis.config.model import (
+    DEFAULT_ABANDON_AFTER,
+    DEFAULT_DATA_SIZE,
+    DEFAULT_INTERVAL,
+    DEFAULT_RETENTION,
+    DEFAULT_STATISTICS,
+    DEFAULT_WINDOWS,
+    BaselineConfig,
+    Config,
+    MetricsConfig,
+    Target,
+)
+from slowdown.analysis.config.reader import _MISSING, _REQUIRED
+from slowdown.analysis.config.values import (
+    _as_data_size,
+    _as_duration,
+    _as_int,
+    _as_name,
+    _as_size,
+    _as_statistic,
+    _choice,
+    _parse_listen,
+    _positive_duration,
+    _window,
+)
+from slowdown.analysis.histogram.mapping import DEFAULT_SCALE
+from slowdown.analysis.units import format_duration
+
+_TOP_KEYS = (
+    "host",
+    "interval",
+    "database",
+    "windows",
+    "statistics",
+    "retention",
+    "histogram_scale",
+    "abandon_after",
+    "baseline",
+    "target",
+    "metrics",
+    "alert",
+)
+_BASELINE_KEYS = ("period", "expected", "provisional_after")
+_TARGET_KEYS = ("name", "path", "data_size", "pool_files", "pool_dirs", "object_size")
+_METRICS_KEYS = ("listen",)
+
+
+class _Checker(_AlertChecks):
+    """Walks the parsed document: the top-level keys, [baseline], [[target]] and [metrics]
+    here, [[alert]] in :class:`_AlertChecks`; every mistake is kept with its key and line."""
+
+    def config(self, data: Mapping[str, Any]) -> Config | None:
+        self.unknown_keys(data, _TOP_KEYS, ())
+        host = self.get(data, "host", (), _as_name, None)
+        if host is None:
+            host = os.uname().nodename
+        elif host in (".", ".."):
+            self.error(("host",), f"not usable as a directory name: {host!r}")
+        self.host = host
+        interval = self.get(data, "interval", (), _positive_duration, DEFAULT_INTERVAL)
+        if interval is not _MISSING and interval > 60:
+            self.error(("interval",), f"must be at most 1m; got {format_duration(interval)}")
+        database = self.get(
+            data,
+            "database",
+            (),
+            lambda v: self.path_value(v, relative_ok=True),
+            default_database(self.environ),
+        )
+        windows = self.list_of(data, "windows", _window, DEFAULT_WINDOWS)
+        statistics = self.list_of(data, "statistics", _as_statistic, DEFAULT_STATISTICS)
+        retention = self.get(data, "retention", (), _as_duration, DEFAULT_RETENTION)
+        if retention is not _MISSING and retention < 3600:
+            self.error(("retention",), f"must be at least 1h; got {format_duration(retention)}")
+        scale = self.get(data, "histogram_scale", (), lambda v: _as_int(v, 0, 8), DEFAULT_SCALE)
+        abandon_after = self.get(data, "abandon_after", (), _positive_duration,
+                                 DEFAULT_ABANDON_AFTER)
+        baseline = self.baseline(data)
+        targets = self.targets(data)
+        metrics = self.metrics(data)
+        alerts = self.alerts(data, self.target_names)
+        if self.errors:
+            return None
+        return Config(
+            source=self.source,
+            host=host,
+            interval=interval,
+            database=database,
+            windows=tuple(windows),
+            statistics=tuple(statistics),
+            baseline=baseline,
+            targets=tuple(targets),
+            metrics=metrics,
+            alerts=tuple(alerts),
+            retention=retention,
+            scale=scale,
+            abandon_after=abandon_after,
+        )
+
+    def baseline(self, data: Mapping[str, Any]) -> BaselineConfig:
+        table = self.table(data, "baseline", ())
+        if table is None:
+            return BaselineConfig()
+        path: KeyPath = ("baseline",)
+        self.unknown_keys(table, _BASELINE_KEYS, path)
+        default = BaselineConfig()
+        period = self.get(table, "period", path, _choice(("month",)), default.period)
+        expected = self.get(table, "expected", path, _choice(("same", "median")), default.expected)
+        provisional = self.get(
+            table, "provisional_after", path, _as_duration, default.provisional_after
+        )
+        return BaselineConfig(period=period, expected=expected, provisional_after=provisional)
+
+    def targets(self, data: Mapping[str, Any]) -> list[Target]:
+        entries = self.array_of_tables(data, "target")
+        if data.get("target") in (None, []):
+            self.error((), "no [[target]] defined; add at least one [[target]] with name and path")
+            return []
+        targets: list[Target] = []
+        names: dict[str, int] = {}
+        paths: dict[Path, int] = {}
+        for index, table in entries:
+            path: KeyPath = ("target", index)
+            before = len(self.errors)
+            self.unknown_keys(table, _TARGET_KEYS, path)
+            name = self.get(table, "name", path, _as_name, _REQUIRED)
+            if name is not _MISSING:
+                if name in names:
+                    self.error(
+                        (*path, "name"), f"{name!r} is already the name of target[{names[name]}]"
+                    )
+                else:
+                    names[name] = index
+                    # Known even when the entry has other errors: alerts naming it are fine.
+                    self.target_names.append(name)
+            directory = self.get(
+                table, "path", path, lambda v: self.path_value(v, relative_ok=False), _REQUIRED
+            )
+            refusal = None if directory is _MISSING else unsafe_target_path(directory,
+                                                                            self.environ)
+            if refusal is not None:
+                self.error((*path, "path"), refusal)
+            elif directory is not _MISSING:
+                normal = Path(os.path.normpath(directory))
+                if normal in paths:
+                    self.error(
+                        (*path, "path"),
+                        f"same directory as target[{paths[normal]}]; their workspaces would clash",
+                    )
+                else:
+                    paths[normal] = index
+            data_size = self.get(table, "data_size", path, _as_data_size, DEFAULT_DATA_SIZE)
+            pool_files = self.get(table, "pool_files", path, lambda v: _as_int(v, 1), 100_000)
+            pool_dirs = self.get(table, "pool_dirs", path, lambda v: _as_int(v, 1), 10)
+            if pool_files is not _MISSING and pool_dirs is not _MISSING and pool_files % pool_dirs:
+                self.error(
+                    (*path, "pool_files"),
+                    f"must be a multiple of pool_dirs ({pool_dirs}): each directory holds "
+                    "pool_files / pool_dirs objects, as MD-Workbench places them",
+                )
+            object_size = self.get(table, "object_size", path, _as_size, 3901)
+            if object_size is not _MISSING and object_size < 1:
+                self.error((*path, "object_size"), "must be at least 1 byte")
+            if len(self.errors) == before:
+                targets.append(
+                    Target(name, directory, data_size, pool_files, pool_dirs, object_size)
+                )
+        return targets
+
+    def metrics(self, data: Mapping[str, Any]) -> MetricsConfig | None:
+        table = self.table(data, "metrics", ())
+        if table is None:
+            return None
+        path: KeyPath = ("metrics",)
+        self.unknown_keys(table, _METRICS_KEYS, path)
+        listen = self.get(table, "listen", path, _parse_listen, ("127.0.0.1", 9877))
+        if listen is _MISSING:
+            return None
+        return MetricsConfig(listen_host=listen[0], listen_port=listen[1])
+
+
+def validate(
+    data: Mapping[str, Any],
+    *,
+    path: Path | None = None,
+    text: str | None = None,
+    environ: Mapping[str, str] = os.environ,
+) -> Config:
+    """The Config for a parsed document, or ConfigError / ConfigErrors listing every mistake.
+
+    ``text`` is the source the document came from, for line numbers; ``path`` names the
+    file in errors and is the directory relative paths are taken from.
+    """
+    checker = _Checker(path, _Locator(text) if text is not None else None, environ)
+    config = checker.config(data)
+    checker.raise_if_errors()
+    assert config is not None
+    return config

@@ -1,0 +1,201 @@
+"""What a configuration is: frozen dataclasses, the defaults they take, the alert words.
+
+A :class:`Config` made by ``checks`` holds only valid values (sizes in bytes, durations in
+seconds, paths absolute), so its users check nothing again. Nothing here reads a file or
+the environment; ``DataSize`` refuses a size it cannot stand for, even when built by hand.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from fnmatch import fnmatchcase
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+from slowdown.analysis.units import format_size, parse_size
+
+ALERT_KINDS = ("slowdown", "error_rate", "stuck")
+ACTION_TYPES = ("command", "webhook", "email")
+
+MIB = 1 << 20
+_RAM_FACTOR = re.compile(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*[xX]\s*RAM\s*", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class DataSize:
+    """The size of ``data.bin``: a fixed number of bytes or a multiple of the node's RAM.
+
+    A multiple of RAM keeps the file larger than the page cache on every node a shared
+    configuration is used on.
+    """
+
+    bytes: int | None = None
+    ram_factor: float | None = None
+
+    def __post_init__(self) -> None:
+        if (self.bytes is None) == (self.ram_factor is None):
+            raise ValueError("DataSize needs exactly one of bytes and ram_factor")
+        if self.bytes is not None and (
+            isinstance(self.bytes, bool) or not isinstance(self.bytes, int) or self.bytes <= 0
+        ):
+            raise ValueError(f"DataSize.bytes must be a positive integer, got {self.bytes!r}")
+        if self.ram_factor is not None and not (
+            isinstance(self.ram_factor, (int, float))
+            and not isinstance(self.ram_factor, bool)
+            and math.isfinite(self.ram_factor)
+            and self.ram_factor > 0
+        ):
+            raise ValueError(f"DataSize.ram_factor must be positive, got {self.ram_factor!r}")
+
+    @classmethod
+    def parse(cls, value: str | int) -> DataSize:
+        """``"4xRAM"``, ``"0.5xRAM"``, ``"256GiB"`` or a number of bytes."""
+        if isinstance(value, str):
+            match = _RAM_FACTOR.fullmatch(value)
+            if match is not None:
+                factor = float(match.group(1))
+                if factor <= 0:
+                    raise ValueError(f"a multiple of RAM must be positive; got {value!r}")
+                return cls(ram_factor=factor)
+        try:
+            size = parse_size(value)
+        except ValueError:
+            raise ValueError(
+                f"expected a size like 256GiB or a multiple of RAM like 4xRAM; got {value!r}"
+            ) from None
+        if size < MIB:
+            raise ValueError(f"must be at least 1MiB; got {value!r}")
+        return cls(bytes=size)
+
+    def resolve(self, ram_bytes: int | None = None) -> int:
+        """Bytes for this node, rounded down to whole MiB blocks, at least 1 MiB."""
+        if self.bytes is not None:
+            raw = self.bytes
+        else:
+            if ram_bytes is None:
+                import psutil
+
+                ram_bytes = psutil.virtual_memory().total
+            raw = int(self.ram_factor * ram_bytes)  # type: ignore[operator]
+        return max(MIB, raw // MIB * MIB)
+
+    def __str__(self) -> str:
+        if self.bytes is not None:
+            return format_size(self.bytes)
+        return f"{self.ram_factor:g}xRAM"
+
+
+@dataclass(frozen=True)
+class Target:
+    """A named directory on one filesystem to probe."""
+
+    name: str
+    path: Path
+    data_size: DataSize
+    pool_files: int = 100_000
+    pool_dirs: int = 10
+    object_size: int = 3901
+
+    def workspace(self, host: str) -> Path:
+        """``<path>/.slowdown/<host>/``: where prepare creates data.bin, md/ and MANIFEST."""
+        return self.path / ".slowdown" / host
+
+
+@dataclass(frozen=True)
+class BaselineConfig:
+    period: str = "month"
+    expected: str = "same"
+    provisional_after: float = 86400.0
+
+
+@dataclass(frozen=True)
+class MetricsConfig:
+    listen_host: str = "127.0.0.1"
+    listen_port: int = 9877
+
+    @property
+    def listen(self) -> str:
+        """``host:port`` as written in the file (IPv6 addresses in brackets)."""
+        host = f"[{self.listen_host}]" if ":" in self.listen_host else self.listen_host
+        return f"{host}:{self.listen_port}"
+
+
+@dataclass(frozen=True)
+class ActionConfig:
+    """What an alert does: ``type`` and its validated options, every option present.
+
+    command: ``argv`` (tuple of str, run without a shell), ``timeout`` (s).
+    webhook: ``url``, ``token_file`` (Path or None), ``token_env`` (str or None), ``timeout``.
+    email: ``to`` (tuple of str), ``from``, ``smtp_host``, ``smtp_port``, ``starttls``,
+    ``credentials_file`` (Path or None), ``timeout``.
+    """
+
+    type: str
+    options: Mapping[str, Any] = field(hash=False)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.options, MappingProxyType):
+            object.__setattr__(self, "options", MappingProxyType(dict(self.options)))
+
+
+@dataclass(frozen=True)
+class AlertRule:
+    name: str
+    targets: tuple[str, ...]
+    ops: tuple[str, ...]
+    statistic: str
+    window: float
+    above: float | None
+    critical: float | None
+    for_: float
+    clear_for: float
+    repeat: float | None
+    kind: str
+    actions: tuple[ActionConfig, ...]
+
+    def matches(self, target: str, op: str) -> bool:
+        """True when the rule's target and op globs both cover this (target, op)."""
+        return any(fnmatchcase(target, p) for p in self.targets) and any(
+            fnmatchcase(op, p) for p in self.ops
+        )
+
+
+@dataclass(frozen=True)
+class Config:
+    source: Path | None
+    host: str
+    interval: float
+    database: Path
+    windows: tuple[float, ...]
+    statistics: tuple[str, ...]
+    baseline: BaselineConfig
+    targets: tuple[Target, ...]
+    metrics: MetricsConfig | None
+    alerts: tuple[AlertRule, ...]
+    retention: float
+    scale: int
+    abandon_after: float = 30.0  # seconds a worker may be stuck before another takes over
+
+    def target(self, name: str) -> Target:
+        """The target of that name; KeyError when there is none."""
+        for target in self.targets:
+            if target.name == name:
+                return target
+        raise KeyError(name)
+
+    def workspace(self, target: Target) -> Path:
+        """The target's workspace for this configuration's host."""
+        return target.workspace(self.host)
+
+
+# The histogram scale's default is the histogram's own (histogram/mapping.py, DEFAULT_SCALE).
+DEFAULT_INTERVAL = 1.0
+DEFAULT_WINDOWS = (60.0, 600.0, 3600.0)
+DEFAULT_STATISTICS = ("median", "q95")
+DEFAULT_RETENTION = 90 * 86400.0
+DEFAULT_ABANDON_AFTER = 30.0
+DEFAULT_DATA_SIZE = DataSize(ram_factor=4.0)
