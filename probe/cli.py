@@ -180,7 +180,8 @@ def run(probe: ProbeContext, duration: str | None, prepare_first: bool, verbose:
             log.error("%s", single)
         raise click.exceptions.Exit(EXIT_CONFIG_ERROR) from None
     if prepare_first:
-        from slowdown.probe.workspace import WorkspaceError, prepare
+        from slowdown.probe.workspace import prepare
+        from slowdown.probe.workspace_errors import WorkspaceError
 
         for target in config.targets:
             try:

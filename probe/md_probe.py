@@ -31,8 +31,8 @@ from pathlib import Path
 from time import perf_counter_ns
 from typing import NamedTuple, Optional
 
+from slowdown.analysis.words import MD_OPS
 from slowdown.probe.manifest import (
-    POOL_NAME,
     STATUS_NAME,
     ManifestError,
     PoolEntry,
@@ -41,11 +41,7 @@ from slowdown.probe.manifest import (
     write_status,
 )
 
-MD_STAT = "md-stat"
-MD_READ = "md-read"
-MD_DELETE = "md-delete"
-MD_WRITE = "md-write"
-MD_OPS = (MD_STAT, MD_READ, MD_DELETE, MD_WRITE)
+MD_STAT, MD_READ, MD_DELETE, MD_WRITE = MD_OPS
 
 OBJECT_RE = re.compile(r"file-(0|[1-9][0-9]*)")
 """An object name as md-workbench writes it (`file-%d`, no leading zeros)."""
@@ -54,10 +50,6 @@ _READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
 _CREATE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 _NS = 1e-9
 MAX_STALE = 1024
-
-
-def object_name(i: int) -> str:
-    return f"file-{i}"
 
 
 def object_index(name: str) -> int | None:
@@ -189,14 +181,6 @@ class MdProbe:
         if self.status_path is None:
             raise ValueError("this probe has no status file")
         write_status(self.status_path, self._pos, self.layout.dirs, fsync=fsync)
-
-    def load_position(self) -> int:
-        """Set the position from the status file (unchanged when there is none)."""
-        if self.status_path is not None:
-            saved = read_status(self.status_path, self.layout.dirs)
-            if saved is not None:
-                self._pos = saved
-        return self._pos
 
     def recover(self, max_scan: int = 4096) -> int:
         """Advance to the first existing object at or after the position; return the steps
@@ -382,7 +366,3 @@ def _payload(size: int) -> bytes:
     """Object content: incompressible, the same for every object (like md-workbench's
     pattern buffer, which is also reused)."""
     return os.urandom(size)
-
-
-def pool_root(workspace: Path) -> Path:
-    return Path(workspace) / POOL_NAME

@@ -37,10 +37,12 @@ from slowdown.analysis.stats.slowdown import op_slowdown, window_selection
 from slowdown.analysis.store import Store, aggregate
 from slowdown.analysis.store.records import NodeContext
 from slowdown.analysis.units import format_duration
-from slowdown.probe.worker import OPS
+from slowdown.analysis.words import OPS
 
 if TYPE_CHECKING:
-    from slowdown.probe.service import Service
+    from slowdown.analysis.config import Config
+    from slowdown.probe.recorder import Recorder
+    from slowdown.probe.runner import TargetRunner
 
 log = logging.getLogger(__name__)
 
@@ -98,13 +100,19 @@ class _Slowdowns:
 
 
 class ServiceMetrics:
-    """Everything the endpoint exports about one service; see the module docstring."""
+    """Everything the endpoint exports about one service; see the module docstring.
 
-    def __init__(self, service: Service) -> None:
-        config = service.config
+    It is given what it reads of the service (its configuration, recorder and runners, and
+    when it started) and is told of the service's jobs by calls: it never imports the service.
+    """
+
+    def __init__(self, config: Config, recorder: Recorder, runners: list[TargetRunner],
+                 started: float) -> None:
         assert config.metrics is not None
-        self.service = service
         self.config = config
+        self.recorder = recorder
+        self.runners = runners
+        self.started = started
         self.host = config.host
         self.version = _version()
         disable_created_series()
@@ -139,7 +147,7 @@ class ServiceMetrics:
                 self._errors.labels(self.host, target.name, op)
         self.registry.register(_Collector(self))
         ProcessCollector(registry=self.registry)
-        service.recorder.observers.append(self)
+        recorder.observers.append(self)
 
     # -- the endpoint ------------------------------------------------------------------------
 
@@ -190,17 +198,16 @@ class ServiceMetrics:
 
     # -- the service's jobs ------------------------------------------------------------------
 
-    def tick(self, now: float) -> None:
-        """Copy what the scrape shows of the runners (tick job, once per interval)."""
-        service = self.service
+    def tick(self, now: float, tick_delay: float | None = None) -> None:
+        """Copy what the scrape shows of the runners (tick job, once per interval);
+        `tick_delay`: how late this tick started."""
         views = tuple(
             _TargetView(r.name, tuple((op, age) for op, age, _ in r.in_flight()),
                         r.status.ticks, r.status.last_tick, r.abandoned)
-            for r in service.runners)
-        recorder = service.recorder
+            for r in self.runners)
+        recorder = self.recorder
         self._snapshot = _Snapshot(time.monotonic(), views, recorder.pending_minutes(),
-                                   recorder.written, recorder.dropped,
-                                   service.jitter[-1] if service.jitter else None)
+                                   recorder.written, recorder.dropped, tick_delay)
 
     def flushed(self, ok: bool, now: float, everything: bool = False) -> None:
         """After each minute flush: the write's outcome, then the slowdown gauges."""
@@ -296,7 +303,7 @@ class _Collector:
         info.add_metric([host, m.version, str(m.config.scale), str(EXPORT_SCALE)], 1)
         yield info
         started = gauge("slowdown_service_start_time_seconds", "When the service started.")
-        started.add_metric([host], m.service.started)
+        started.add_metric([host], m.started)
         yield started
 
         stuck = gauge("slowdown_stuck_seconds",

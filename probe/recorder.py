@@ -129,11 +129,6 @@ class Recorder:
         with self._lock:
             self._floor = max(self._floor, float(wall))
 
-    @property
-    def closed_before(self) -> float:
-        """Wall time before which nothing is recorded any more (``-inf`` until a step back)."""
-        return self._floor
-
     def take(self, before: float) -> tuple[list[Record], list[NodeContext]]:
         """Remove and return the records and node context of minutes before ``before``
         (and of every closed minute)."""

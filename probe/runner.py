@@ -4,10 +4,10 @@ The service's scheduled job calls ``TargetRunner.tick()`` every interval. The ca
 blocks: it writes one line to an idle worker's pipe, or counts the tick as skipped when the
 previous run is still going. A reader thread per worker turns the worker's answers (one write
 per run) into results for the recorder; which op is in flight, and since when, is read from
-the page the worker shares (``progress.py``). A worker stuck longer than ``abandon_after``
-is abandoned: no more ticks go to it, a fresh worker takes over, and the old one is still
-listened to, so the op it is stuck in is recorded whole, in the minute it completes, when
-the filesystem lets it go.
+the page the worker shares (``worker_position.py``). A worker stuck longer than
+``abandon_after`` is abandoned: no more ticks go to it, a fresh worker takes over, and the old
+one is still listened to, so the op it is stuck in is recorded whole, in the minute it
+completes, when the filesystem lets it go.
 At most ``max_abandoned`` stuck workers may pile up per target; past that, ticks are skipped.
 """
 
@@ -26,9 +26,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from slowdown.probe.progress import Position, Progress
+from slowdown.analysis.words import OPS
 from slowdown.probe.recorder import Recorder
-from slowdown.probe.worker import OPS
+from slowdown.probe.worker_position import Position, Progress
 
 log = logging.getLogger(__name__)
 

@@ -90,7 +90,7 @@ class Service:
         if config.metrics is not None:
             from slowdown.probe.metrics import ServiceMetrics
 
-            self.metrics = ServiceMetrics(self)
+            self.metrics = ServiceMetrics(config, self.recorder, self.runners, self.started)
         self.scheduler = BackgroundScheduler(
             timezone=dt.timezone.utc,
             # "direct": run in the scheduler thread itself (the tick job only)
@@ -119,7 +119,7 @@ class Service:
         for runner in self.runners:
             runner.tick()
         if self.metrics is not None:
-            self.metrics.tick(now)
+            self.metrics.tick(now, self.jitter[-1])
 
     def store(self) -> Store:
         if self._store is None:

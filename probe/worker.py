@@ -18,7 +18,7 @@ run's lines are held and written together when it ends: one wake-up of the servi
 thread per tick, not seven. A run that lasts longer than ``HOLD_ANSWERS`` seconds writes what
 it holds and then each line as its op returns, so that after a hang the service learns of
 the result when the op returns. Which op is in flight and since when, the worker keeps in a
-page shared with the service (``progress.py``), updated after every op.
+page shared with the service (``worker_position.py``), updated after every op.
 
 End of stdin ends the worker. SIGUSR1 says the service has abandoned this worker (it was
 stuck and another took over): the op in flight is still reported when it returns, the rest
@@ -38,13 +38,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
-from slowdown.probe.progress import Progress
+from slowdown.analysis.words import DATA_OPS, MD_OPS, OPS
+from slowdown.probe.worker_position import Progress
 
-DATA_READ = "data-read"
-DATA_WRITE = "data-write"
-OPS = (DATA_READ, DATA_WRITE, "md-stat", "md-read", "md-delete", "md-write")
-DATA_OPS = OPS[:2]
-MD_OPS = OPS[2:]
+DATA_READ, DATA_WRITE = DATA_OPS
 
 Emit = Callable[[dict[str, Any]], None]
 HOLD_ANSWERS = 0.25  # seconds a run's answers are held to go out in one write
@@ -79,7 +76,7 @@ class Probes:
     def _open(self) -> None:
         from slowdown.probe.data_probe import DataProbe
         from slowdown.probe.md_probe import MdProbe
-        from slowdown.probe.workspace import check_workspace
+        from slowdown.probe.pathsafety import check_workspace
 
         if self.md is None or self.data is None:  # never through a symlink, nor another's
             check_workspace(self.workspace)

@@ -15,8 +15,10 @@ from typing import Any
 import click
 
 from slowdown.analysis.units import format_size
+from slowdown.probe.cleanup import cleanup, describe
 from slowdown.probe.manifest import ManifestError
-from slowdown.probe.workspace import WorkspaceError, cleanup, describe, prepare
+from slowdown.probe.workspace import prepare
+from slowdown.probe.workspace_errors import WorkspaceError
 
 
 def _config(ctx: click.Context) -> Any:

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from slowdown.analysis.config import DataSize, Target
+from slowdown.analysis.words import MD_OPS
 from slowdown.probe.data_probe import DIRECT, FADVISE, DataProbe
 from slowdown.probe.manifest import (
     ManifestError,
@@ -22,7 +23,7 @@ from slowdown.probe.manifest import (
     read_manifest,
     write_manifest,
 )
-from slowdown.probe.md_probe import MD_OPS, MdProbe, PoolLayout
+from slowdown.probe.md_probe import MdProbe, PoolLayout
 from slowdown.probe.workspace import Workspace, prepare
 from tests.faultfs.mounts import mount_fstype, run, wait_unmounted
 from tests.faultfs.realfs import ext4_image, tmpfs

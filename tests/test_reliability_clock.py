@@ -207,6 +207,9 @@ def test_a_minute_closed_by_a_step_back_is_written_at_the_next_flush():
     recorder.result("t", "md-stat", 0.001, clocks.wall())
     clocks.offset -= 3600
     recorder.result("t", "md-stat", 0.001, clocks.wall())  # refused: time lived again
-    assert recorder.closed_before == pytest.approx(t0 + 30)
+    recorder.result("t", "md-stat", 0.001, t0 + 29.5)  # closed up to where the clock was
+    assert recorder.refused == 2
     assert recorder.flush(Store(), clocks.wall())  # an hour earlier; the minute goes out
     assert [(r.start, r.histogram.count) for r in written] == [(t0, 1)]
+    recorder.result("t", "md-stat", 0.001, t0 + 30)  # from there on, recorded again
+    assert recorder.refused == 2

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from slowdown.analysis.histogram import Histogram
-from slowdown.analysis.store import Selection, Store, StoreError, aggregate, open_readers, schema
+from slowdown.analysis.store import Selection, Store, StoreError, aggregate, expand_paths, schema
 from slowdown.analysis.store.records import HOUR, Record
 
 T0 = 1_767_225_600  # 2026-01-01T00:00:00Z
@@ -90,7 +90,7 @@ def test_cluster_merge_across_files_equals_merge_of_raw_samples(tmp_path):
                 values = sample(rng, 60, mu=rng.uniform(-9, -6))
                 raw.append(values)
                 store.write([record(host, "work", "md-stat", T0 + 60 * m, values)])
-    stores = open_readers([str(tmp_path / "n*.db")])
+    stores = [Store(p, readonly=True) for p in expand_paths([str(tmp_path / "n*.db")])]
     merged = aggregate(stores, Selection(ops=("md-stat",)))
     whole = Histogram()
     whole.record_many(np.concatenate(raw))
@@ -164,7 +164,7 @@ def test_newer_schema_and_foreign_files_are_refused_untouched(tmp_path):
 
 def test_missing_files_and_empty_globs_are_errors(tmp_path):
     with pytest.raises(StoreError, match="no such database"):
-        open_readers([str(tmp_path / "none-*.db")])
+        expand_paths([str(tmp_path / "none-*.db")])
     with pytest.raises(StoreError, match="no such database"):
         Store(tmp_path / "absent.db", readonly=True)
 

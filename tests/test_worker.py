@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from slowdown.analysis.config import DataSize, Target
-from slowdown.probe.progress import Position, Progress
-from slowdown.probe.worker import OPS
+from slowdown.analysis.words import OPS
+from slowdown.probe.worker_position import Position, Progress
 from slowdown.probe.workspace import Workspace, prepare
 from tests.faultfs import FaultFS
 

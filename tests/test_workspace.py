@@ -23,21 +23,20 @@ from click.testing import CliRunner
 from rich.console import Console
 
 from slowdown.analysis.config import DataSize, Target
+from slowdown.probe.cleanup import cleanup
+from slowdown.probe.datafile import STAMP_MAGIC
 from slowdown.probe.manifest import read_manifest, write_manifest
 from slowdown.probe.md_probe import MdProbe
-from slowdown.probe.workspace import (
-    STAMP_MAGIC,
+from slowdown.probe.pathsafety import check_target_path
+from slowdown.probe.worker import Probes
+from slowdown.probe.workspace import Workspace, prepare
+from slowdown.probe.workspace_cli import cleanup_command, prepare_command
+from slowdown.probe.workspace_errors import (
     ForeignWorkspaceError,
     NoSpaceError,
     UnsafePathError,
-    Workspace,
     WorkspaceError,
-    check_target_path,
-    cleanup,
-    open_workspace,
-    prepare,
 )
-from slowdown.probe.workspace_cli import cleanup_command, prepare_command
 from tests.faultfs.realfs import ext4_image, tmpfs
 
 HOST = "node-a"
@@ -151,22 +150,31 @@ def test_prepare_grows_data_but_never_touches_a_rotating_pool(tmp_path: Path) ->
     assert prepare(bigger, HOST, progress=False).action == "unchanged"
 
 
+def worker_tick(workspace: Path) -> list[dict]:
+    """What the service's worker answers to one tick on `workspace`: a line per op."""
+    answers: list[dict] = []
+    Probes(workspace).tick(1, answers.append)
+    ops = [a for a in answers if "op" in a]
+    assert ops
+    return ops
+
+
 @pytest.mark.timeout(30)
 def test_data_size_follows_ram_and_the_service_opens_only_finished_workspaces(
         tmp_path: Path) -> None:
     target = Target(name="t", path=tmp_path / "target", data_size=DataSize(ram_factor=4),
                     pool_files=8, pool_dirs=2)
-    with pytest.raises(WorkspaceError, match="prepare"):
-        open_workspace(target, HOST)
+    ws = Workspace.of(target, HOST)
+    assert all("prepare" in a.get("msg", "") for a in worker_tick(ws.dir))
     report = prepare(target, HOST, ram_bytes=3 * MIB, progress=False)
     assert report.data_size == 12 * MIB
-    ws, manifest = open_workspace(target, HOST)
+    assert not [a for a in worker_tick(ws.dir) if "err" in a]
+    manifest = read_manifest(ws.dir)
     assert ws.data.stat().st_size == 12 * MIB and manifest.complete
     assert ws.dir == target.workspace(HOST)
     manifest.complete = False
     write_manifest(ws.dir, manifest)
-    with pytest.raises(WorkspaceError, match="not prepared"):
-        open_workspace(target, HOST)
+    assert all("did not finish" in a.get("msg", "") for a in worker_tick(ws.dir))
 
 
 @pytest.mark.timeout(30)

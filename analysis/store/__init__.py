@@ -16,7 +16,6 @@ from slowdown.analysis.store.store import (
     aggregate_rows,
     derived,
     expand_paths,
-    open_readers,
 )
 
 __all__ = [
@@ -27,5 +26,4 @@ __all__ = [
     "aggregate_rows",
     "derived",
     "expand_paths",
-    "open_readers",
 ]

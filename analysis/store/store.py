@@ -423,8 +423,3 @@ def expand_paths(patterns: Iterable[str]) -> list[Path]:
             raise StoreError(f"{pattern}: no such database")
         paths.extend(Path(m) for m in matches if Path(m) not in paths)
     return paths
-
-
-def open_readers(patterns: Iterable[str]) -> list[Store]:
-    """Read-only stores for every file named by ``patterns`` (paths or globs)."""
-    return [Store(path, readonly=True) for path in expand_paths(patterns)]

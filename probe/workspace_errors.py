@@ -1,0 +1,25 @@
+"""Why prepare or cleanup stops: one exception family, each message one line for the user.
+
+Every refusal of the workspace modules (pathsafety, space, datafile, pool, mdworkbench,
+workspace, cleanup) is a WorkspaceError, so a caller that catches it catches all of them; the
+subclasses say which kind of refusal it was. This module imports nothing.
+"""
+
+from __future__ import annotations
+
+
+class WorkspaceError(Exception):
+    """prepare or cleanup cannot go on; the message is one line for the user."""
+
+
+class UnsafePathError(WorkspaceError):
+    """The target path or workspace is not a place slowdown may write to."""
+
+
+class NoSpaceError(WorkspaceError):
+    """Not enough free space or inodes for what remains to be written."""
+
+
+class ForeignWorkspaceError(WorkspaceError):
+    """A `.slowdown/<host>` directory that is not ours (no MANIFEST, not an md-workbench
+    pool)."""
