@@ -140,6 +140,8 @@ def prepare(target: Target, host: str, *, ram_bytes: int | None = None,
     dirs, per_dir, object_size = _pool_shape(target)
     need = _data_size(target, ram_bytes)
     root = Path(target.path)
+    if target.create_parents:
+        root.parent.mkdir(parents=True, exist_ok=True)
     check_target_path(root)
     sd = root / SLOWDOWN_DIR
     ws = sd / host

@@ -110,6 +110,7 @@ def default_config(environ: Mapping[str, str] = os.environ) -> Config:
         pool_files=1000,
         pool_dirs=10,
         object_size=3901,
+        create_parents=True,
     )
     return Config(
         source=None,

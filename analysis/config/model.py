@@ -99,6 +99,10 @@ class Target:
     pool_files: int = 100_000
     pool_dirs: int = 10
     object_size: int = 3901
+    # The built-in default's target lies in slowdown's own data directory, which a fresh
+    # account does not have yet: prepare creates its parents. A configured target's parent
+    # must exist (a typo must not create a tree on a shared filesystem).
+    create_parents: bool = False
 
     def workspace(self, host: str) -> Path:
         """``<path>/.slowdown/<host>/``: where prepare creates data.bin, md/ and MANIFEST."""
