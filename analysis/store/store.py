@@ -17,6 +17,7 @@ import time
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import quote
 
 from slowdown.analysis.histogram import Histogram, codec
 from slowdown.analysis.store import schema
@@ -167,6 +168,31 @@ def _upsert(table: str) -> str:
     """
 
 
+def read_only_uri(path: Path) -> str:
+    """The URI of a reader's connection: read-only, and creating nothing beside the file.
+
+    A WAL database whose writer has gone has no ``-wal`` file; a read-only connection would
+    create ``-wal`` and ``-shm`` files beside it (and leave them there), or fail where it may
+    not write. Without a ``-wal`` file every committed page is in the file itself, so such a
+    database is opened ``immutable``. The path is quoted: ``#`` and ``?`` are URI syntax.
+    """
+    resolved = path.resolve()
+    uri = f"file:{quote(str(resolved))}?mode=ro"
+    if not Path(f"{resolved}-wal").exists() and _is_wal(resolved):
+        uri += "&immutable=1"
+    return uri
+
+
+def _is_wal(path: Path) -> bool:
+    """Whether the file's header says WAL mode (read and write versions 2, bytes 18-19)."""
+    try:
+        with open(path, "rb") as f:
+            header = f.read(20)
+    except OSError:
+        return False
+    return header[:16] == b"SQLite format 3\x00" and header[18:20] == b"\x02\x02"
+
+
 class Store:
     """One database file. Writers migrate the schema forward; readers only check it."""
 
@@ -179,8 +205,8 @@ class Store:
             if readonly:
                 if not self.path.exists():
                     raise StoreError(f"{self.path}: no such database")
-                uri = f"file:{self.path.resolve()}?mode=ro"
-                self.conn = sqlite3.connect(uri, uri=True, timeout=timeout, isolation_level=None,
+                self.conn = sqlite3.connect(read_only_uri(self.path), uri=True, timeout=timeout,
+                                            isolation_level=None,
                                             check_same_thread=check_same_thread)
             else:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
