@@ -8,7 +8,10 @@ previous version intact.
 
 from __future__ import annotations
 
+import os
 import sqlite3
+from collections.abc import Callable
+from dataclasses import dataclass
 
 APPLICATION_ID = 0x534C4457  # "SLDW"
 
@@ -163,8 +166,8 @@ MIGRATIONS: list[str] = [
     """,
     # 5: what SQL readers need without decoding histograms (Grafana): per record the p50, p90,
     # p95 and p99 of its histogram and its bucket counts at scale 2 as JSON, with a table of
-    # those buckets' bounds. The store fills them on every write, merge and rollup; the
-    # updates below fill the records written before (needs the store's SQL functions).
+    # those buckets' bounds. The store fills them on every write, merge and rollup;
+    # _fill_derived (FILLS) fills the records written before, in the same transaction.
     f"""
     ALTER TABLE minutes ADD COLUMN p50 REAL;          -- seconds, NULL when count = 0
     ALTER TABLE minutes ADD COLUMN p90 REAL;
@@ -183,8 +186,6 @@ MIGRATIONS: list[str] = [
         value  REAL NOT NULL              -- the value standing for the bucket's members
     );
     INSERT INTO latency_buckets (idx, lower, upper, value) VALUES {_latency_bucket_rows()};
-    UPDATE minutes SET {derived_assignments("hist", "min", "max")};
-    UPDATE hours SET {derived_assignments("hist", "min", "max")};
     """,
 ]
 
@@ -193,6 +194,32 @@ VERSION = len(MIGRATIONS)
 
 class SchemaError(Exception):
     """The file is not a slowdown database this version can use."""
+
+
+@dataclass(frozen=True)
+class Progress:
+    """How far a migration that rewrites records is, for whoever waits on it (the service
+    tells systemd, so that the start timeout never runs out under a migration that moves).
+
+    ``done`` of ``total`` records rewritten; ``committing`` once every record is and only the
+    COMMIT is left: it syncs the WAL (``wal_bytes`` then, and the few MiB of pages still in
+    the page cache), and its checkpoint copies the WAL into the database file and syncs that.
+    """
+
+    version: int  # the version being migrated to
+    done: int
+    total: int
+    committing: bool = False
+    wal_bytes: int = 0
+
+    @property
+    def percent(self) -> float:
+        return 100.0 * self.done / self.total if self.total else 100.0
+
+
+# Records rewritten between two progress reports: about 0.1 s of work (under a second even at
+# the speed of release 5's SQL-only fill).
+FILL_BATCH = 8192
 
 
 def version_of(conn: sqlite3.Connection) -> int:
@@ -229,11 +256,15 @@ def _statements(script: str) -> list[str]:
     return [part.strip() for part in script.split(";") if part.strip()]
 
 
-def migrate(conn: sqlite3.Connection, path: str, target: int = VERSION) -> int:
+def migrate(conn: sqlite3.Connection, path: str, target: int = VERSION,
+            progress: Callable[[Progress], None] | None = None) -> int:
     """Bring the schema forward to ``target``; returns the version found before.
 
     Each step re-reads the version under ``BEGIN IMMEDIATE``, so two processes opening a new
     file at once migrate it once. ``conn`` must be in autocommit mode (isolation_level None).
+    A step that rewrites records (``FILLS``) calls ``progress`` before the first, after every
+    ``FILL_BATCH`` and before its COMMIT, all inside the step's one transaction: an error, a
+    kill or a crash at any point leaves the previous version intact.
     """
     found = check(conn, path)
     for version in range(found, target):
@@ -242,10 +273,198 @@ def migrate(conn: sqlite3.Connection, path: str, target: int = VERSION) -> int:
             if version_of(conn) == version:
                 for statement in _statements(MIGRATIONS[version]):
                     conn.execute(statement)
+                fill = FILLS.get(version + 1)
+                if fill is not None:
+                    _run_fill(conn, path, fill, version + 1, progress)
                 conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
                 conn.execute(f"PRAGMA user_version = {version + 1}")
             conn.execute("COMMIT")
         except BaseException:
-            conn.execute("ROLLBACK")
+            if conn.in_transaction:  # SQLite may have rolled back already (a full disk)
+                conn.execute("ROLLBACK")
             raise
     return found
+
+
+def _run_fill(conn: sqlite3.Connection, path: str, fill: Fill, version: int,
+              progress: Callable[[Progress], None] | None) -> None:
+    total = sum(conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
+                for table in fill.tables)
+    if not total:
+        return
+    done = 0
+
+    def report(rows: int) -> None:
+        nonlocal done
+        done += rows
+        if progress is not None:
+            progress(Progress(version, done, total))
+
+    report(0)
+    for table in fill.tables:
+        fill.run(conn, table, report)
+    if progress is not None:
+        try:
+            wal = os.path.getsize(f"{path}-wal")
+        except OSError:  # not in WAL mode
+            wal = 0
+        progress(Progress(version, done, total, committing=True, wal_bytes=wal))
+
+
+# -- the Python work of migrations ---------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Fill:
+    """Records a migration rewrites after its SQL, in the same transaction: every row of
+    ``tables``, ``run(conn, table, report)`` calling ``report(rows)`` after each batch."""
+
+    tables: tuple[str, ...]
+    run: Callable[[sqlite3.Connection, str, Callable[[int], None]], None]
+
+
+def _fill_derived(conn: sqlite3.Connection, table: str, report: Callable[[int], None]) -> None:
+    """Migration 5: the derived columns of every record, ``FILL_BATCH`` records at a time in
+    the order of the primary key (each batch a fresh query after the last key: never a cursor
+    open on rows being updated).
+
+    Release 5 ran ``UPDATE ... SET {derived_assignments}`` (one ``hist_derived`` call per
+    column and record, 60 to 100 us a record); this writes the same values, byte for byte
+    (``derived_rows``), in about 13 us a record (bench/bench_migrate.py).
+    """
+    update = (f"UPDATE {table} SET p50 = ?, p90 = ?, p95 = ?, p99 = ?, buckets = ? "
+              "WHERE series = ? AND start = ?")
+    select = f"SELECT series, start, hist, min, max FROM {table}"
+    rows = conn.execute(f"{select} ORDER BY series, start LIMIT ?", (FILL_BATCH,)).fetchall()
+    while rows:
+        computed, odd = derived_rows(rows)
+        conn.executemany(update, computed)
+        for key in odd:  # through the store's SQL function, exactly as release 5 did
+            conn.execute(f"UPDATE {table} SET {derived_assignments('hist', 'min', 'max')} "
+                         "WHERE series = ? AND start = ?", key)
+        report(len(rows))
+        rows = conn.execute(f"{select} WHERE (series, start) > (?, ?) "
+                            "ORDER BY series, start LIMIT ?", (*rows[-1][:2], FILL_BATCH)
+                            ).fetchall()
+
+
+def derived_rows(rows: list[tuple]) -> tuple[list[tuple], list[tuple]]:
+    """The derived columns of records ``(series, start, hist, min, max)``, a batch at a time
+    with numpy, as ``store.derived`` gives them for each decoded histogram, float for float
+    and character for character (tests/test_migration.py holds it to that):
+    ``([(p50, p90, p95, p99, buckets, series, start), ...], [(series, start) left over])``.
+
+    Left over, for the SQL function to do (or to fail on, as it did), are the records whose
+    histogram is not a well-formed blob of this encoding (another version or scale, a damaged
+    body, indices not strictly ascending, a count beyond int64 sums) or that hold values but
+    lack a float min and max.
+    """
+    import numpy as np
+
+    from slowdown.analysis.histogram import codec, mapping_for
+    from slowdown.analysis.histogram.histogram import rank
+    from slowdown.analysis.histogram.mapping import MAX_SCALE, MIN_SCALE
+
+    HUGE = 1 << 40  # values in one bucket: above, a record goes the SQL function's way
+
+    def ints(parts: list[np.ndarray]) -> np.ndarray:
+        return np.concatenate([p.astype(np.int64) for p in parts] or [np.empty(0, np.int64)])
+
+    plain = [i for i, row in enumerate(rows)
+             if type(row[2]) is bytes and len(row[2]) >= 3 and row[2][0] == codec.VERSION
+             and MIN_SCALE <= (row[2][2] ^ 0x80) - 0x80 <= MAX_SCALE]
+    odd = set(range(len(rows))).difference(plain)
+    blobs = [rows[i][2] for i in plain]
+    m = len(plain)
+    scales = np.array([b[2] for b in blobs], np.uint8).view(np.int8).astype(np.int64)
+    zero = np.zeros(m, np.int64)
+    labels, indices, counts = [], [], []  # label: the record's position in ``plain``
+    for s in np.unique(scales).tolist():
+        members = np.flatnonzero(scales == s)
+        try:
+            groups, zeros, _ = codec.decode_blobs([blobs[i] for i in members], members, s)
+        except codec.DecodeError:  # left to the SQL function, which names the damage
+            odd.update(plain[i] for i in members.tolist())
+            continue
+        zero[members] = zeros
+        odd.update(plain[i] for i in members[(zeros >= HUGE) | (zeros < 0)].tolist())
+        for g in groups:
+            odd.update(plain[i] for i in np.unique(g.label[g.count >= HUGE]).tolist())
+            labels.append(g.label)
+            indices.append(g.index)
+            counts.append(g.count)
+    label, index, count = ints(labels), ints(indices), ints(counts)
+    if (label[1:] < label[:-1]).any():  # several layouts: each record's pairs in blob order
+        order = np.argsort(label, kind="stable")
+        label, index, count = label[order], index[order], count[order]
+    unordered = (label[1:] == label[:-1]) & (index[1:] <= index[:-1])
+    odd.update(plain[i] for i in np.unique(label[1:][unordered]).tolist())
+    first = np.searchsorted(label, np.arange(m), "left")
+    reached = np.concatenate(([0], np.cumsum(count)))  # values in all pairs before each
+    total = zero + reached[np.searchsorted(label, np.arange(m), "right")] - reached[first]
+    low, high = [rows[i][3] for i in plain], [rows[i][4] for i in plain]
+    bounded = np.array([type(a) is float and type(b) is float for a, b in zip(low, high)],
+                       bool)
+    odd.update(plain[i] for i in np.flatnonzero(~bounded & (total > 0)).tolist())
+    lo = np.array([a if type(a) is float else 0.0 for a in low], np.float64)[:, None]
+    hi = np.array([b if type(b) is float else 0.0 for b in high], np.float64)[:, None]
+
+    # Quantiles as Histogram.values_at_ranks takes them: the value of the rank's bucket kept
+    # within [min, max]; rank 1 is the min, the last the max, a rank in the zero bucket
+    # max(0, min).
+    sizes, back = np.unique(total, return_inverse=True)
+    ranks = np.array([[rank(q, size) for q in DERIVED_QUANTILES] for size in sizes.tolist()],
+                     np.int64).reshape(len(sizes), len(DERIVED_QUANTILES))[back.ravel()]
+    value = np.zeros(ranks.shape)
+    if len(index):
+        at = np.searchsorted(reached[1:], reached[first][:, None] + ranks - zero[:, None])
+        at = np.minimum(at, len(index) - 1)  # (ranks in the zero bucket: not used)
+        pair_scale = scales[label[at]]
+        for s in np.unique(pair_scale).tolist():
+            here = pair_scale == s
+            unique, where = np.unique(index[at][here], return_inverse=True)
+            bucket_value = mapping_for(s).value
+            value[here] = np.array([bucket_value(i) for i in unique.tolist()])[where.ravel()]
+    value = np.where(lo > value, lo, value)  # min(max(value, min), max), as Python's
+    value = np.where(hi < value, hi, value)
+    quantile = np.where(ranks == 1, lo, np.where(
+        ranks == total[:, None], hi, np.where(
+            ranks <= zero[:, None], np.where(lo > 0.0, lo, 0.0), value)))
+
+    # Bucket counts at BUCKETS_SCALE, the zero count in the lowest bucket, as JSON text.
+    shift = scales[label] - BUCKETS_SCALE if len(set(scales.tolist())) > 1 \
+        else np.int64(scales[0] - BUCKETS_SCALE if m else 0)
+    coarse = np.clip(np.where(shift >= 0, index >> np.maximum(shift, 0),
+                              index << np.maximum(-shift, 0)), BUCKETS_LOWEST, BUCKETS_HIGHEST)
+    owner, amount = label, count
+    zeros = np.flatnonzero(zero)
+    if len(zeros):  # each record's zero count before its pairs: in the lowest bucket
+        owner = np.concatenate((zeros, label))
+        owned = np.argsort(owner, kind="stable")
+        owner = owner[owned]
+        coarse = np.concatenate((np.full(len(zeros), BUCKETS_LOWEST), coarse))[owned]
+        amount = np.concatenate((zero[zeros], count))[owned]
+    run = np.flatnonzero(np.concatenate(
+        ([True], (owner[1:] != owner[:-1]) | (coarse[1:] != coarse[:-1])))) if len(owner) \
+        else np.empty(0, np.int64)
+    summed = np.add.reduceat(amount, run) if len(run) else np.empty(0, np.int64)
+    kept = summed != 0
+    owner, coarse, summed = owner[run][kept], coarse[run][kept], summed[kept]
+    # A few hundred distinct (bucket, count) pairs in a batch: each written once.
+    pair = (coarse - BUCKETS_LOWEST) + summed * (BUCKETS_HIGHEST - BUCKETS_LOWEST + 1)
+    distinct, which = np.unique(pair, return_inverse=True)
+    width = BUCKETS_HIGHEST - BUCKETS_LOWEST + 1
+    texts = [f'"{p % width + BUCKETS_LOWEST}":{p // width}' for p in distinct.tolist()]
+    parts = [texts[j] for j in which.ravel().tolist()]
+    bounds = np.searchsorted(owner, np.arange(m + 1)).tolist()
+
+    empty = (None,) * len(DERIVED_QUANTILES)
+    done = []
+    for k, (i, qs, n) in enumerate(zip(plain, quantile.tolist(), total.tolist())):
+        if i not in odd:
+            row = rows[i]
+            done.append((*(qs if n else empty),
+                         "{" + ",".join(parts[bounds[k]:bounds[k + 1]]) + "}", row[0], row[1]))
+    return done, [tuple(rows[i][:2]) for i in sorted(odd)]
+
+
+FILLS = {5: Fill(("minutes", "hours"), _fill_derived)}
