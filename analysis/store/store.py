@@ -14,7 +14,7 @@ import math
 import os
 import sqlite3
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote
@@ -197,25 +197,22 @@ class Store:
     """One database file. Writers migrate the schema forward; readers only check it."""
 
     def __init__(self, path: str | os.PathLike, readonly: bool = False, timeout: float = 10.0,
-                 check_same_thread: bool = True):
+                 check_same_thread: bool = True,
+                 migration_progress: Callable[[schema.Progress], None] | None = None):
+        """``migration_progress``: called as a long migration moves (see ``schema.migrate``)."""
         self.path = Path(path)
         self.readonly = readonly
         self._series: dict[tuple[str, str, str], int] = {}
+        self._timeout, self._check_same_thread = timeout, check_same_thread
+        self._watch_wal: str | None = None  # an immutable reader's cue to reconnect
         try:
             if readonly:
                 if not self.path.exists():
                     raise StoreError(f"{self.path}: no such database")
-                self.conn = sqlite3.connect(read_only_uri(self.path), uri=True, timeout=timeout,
-                                            isolation_level=None,
-                                            check_same_thread=check_same_thread)
+                self._conn = self._connect_reader()
             else:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
-                self.conn = sqlite3.connect(self.path, timeout=timeout, isolation_level=None,
-                                            check_same_thread=check_same_thread)
-            self.conn.execute(f"PRAGMA busy_timeout = {int(timeout * 1000)}")
-            self.conn.create_function("hist_merge", 2, _hist_merge, deterministic=True)
-            self.conn.create_function("hist_derived", 4, _hist_derived, deterministic=True)
-            self.conn.create_aggregate("hist_sum", 1, _HistSum)
+                self._conn = self._connect(self.path)
             version = schema.check(self.conn, str(self.path))  # before anything is written
             if readonly:
                 if version != schema.VERSION:
@@ -226,14 +223,39 @@ class Store:
             else:
                 _set_wal(self.conn, timeout)
                 self.conn.execute("PRAGMA synchronous = FULL")
-                schema.migrate(self.conn, str(self.path))
+                schema.migrate(self.conn, str(self.path), progress=migration_progress)
         except schema.SchemaError as exc:
             raise StoreError(str(exc)) from None
         except sqlite3.DatabaseError as exc:
             raise StoreError(f"{self.path}: {exc}") from None
 
+    def _connect(self, database: str | Path, uri: bool = False) -> sqlite3.Connection:
+        conn = sqlite3.connect(database, uri=uri, timeout=self._timeout, isolation_level=None,
+                               check_same_thread=self._check_same_thread)
+        conn.execute(f"PRAGMA busy_timeout = {int(self._timeout * 1000)}")
+        conn.create_function("hist_merge", 2, _hist_merge, deterministic=True)
+        conn.create_function("hist_derived", 4, _hist_derived, deterministic=True)
+        conn.create_aggregate("hist_sum", 1, _HistSum)
+        return conn
+
+    def _connect_reader(self) -> sqlite3.Connection:
+        uri = read_only_uri(self.path)
+        self._watch_wal = f"{self.path.resolve()}-wal" if "immutable=1" in uri else None
+        return self._connect(uri, uri=True)
+
+    @property
+    def conn(self) -> sqlite3.Connection:
+        """The connection. A reader opened ``immutable`` (no writer then) connects again once
+        a writer has started (its ``-wal`` file appeared): an immutable connection would never
+        see what the writer commits. The old connection is left to close when its last cursor
+        goes, so a query running on it ends undisturbed."""
+        if self._watch_wal is not None and os.path.exists(self._watch_wal):
+            self._conn = self._connect_reader()
+        return self._conn
+
     def close(self) -> None:
-        self.conn.close()
+        self._watch_wal = None
+        self._conn.close()
 
     def __enter__(self) -> Store:
         return self
@@ -444,7 +466,9 @@ def expand_paths(patterns: Iterable[str]) -> list[Path]:
     """Database files named by paths or globs; a pattern that names nothing is an error."""
     paths: list[Path] = []
     for pattern in patterns:
-        matches = sorted(glob.glob(os.path.expanduser(pattern)))
+        expanded = os.path.expanduser(pattern)
+        # A file that exists is itself, even when its name holds glob syntax ("node[1].db").
+        matches = [expanded] if os.path.isfile(expanded) else sorted(glob.glob(expanded))
         if not matches:
             raise StoreError(f"{pattern}: no such database")
         paths.extend(Path(m) for m in matches if Path(m) not in paths)
