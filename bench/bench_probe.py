@@ -93,7 +93,10 @@ class BenchTarget:
 def write_config(path: Path, database: Path, targets: Sequence[BenchTarget]) -> Path:
     lines = [f'database = "{database}"', f'host = "{HOST}"']
     for t in targets:
+        # data_file = "own": the probe reads and writes the workspace's data.bin, the file
+        # fio and ioping are run on (one node: nothing to share).
         lines += ["", "[[target]]", f'name = "{t.name}"', f'path = "{t.path}"',
+                  'data_file = "own"',
                   f'data_size = "{t.data_size // MIB}MiB"', f"pool_files = {t.pool_files}",
                   f"pool_dirs = {t.pool_dirs}"]
     path.write_text("\n".join(lines) + "\n")

@@ -5,8 +5,12 @@ descriptors opened with O_NOFOLLOW and unlinking relative to them, so a symlink 
 followed. Anything else found is left in place, with the directories holding it, and reported;
 the MANIFEST then stays too, so cleanup can be run again once the strays are gone. A workspace
 of another user (UnsafePathError), without a MANIFEST or with another host's MANIFEST
-(ForeignWorkspaceError) is not touched at all. The directories above the workspace are removed
-only when the MANIFEST says prepare created them, and only when empty.
+(ForeignWorkspaceError), or probed by a running service (WorkspaceInUseError: cleanup holds
+the workspace's lock while it removes, workspace_lock.py) is not touched at all. The
+directories above the workspace are removed only when the MANIFEST says prepare created them,
+and only when empty. The node's data file is the one its MANIFEST names (data.bin, or
+write.bin); the target's shared data file, which other nodes read, is never touched here
+(shared_cleanup.py removes it).
 """
 
 from __future__ import annotations
@@ -19,7 +23,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from slowdown.probe.manifest import (
-    DATA_NAME,
     MANIFEST_NAME,
     STATE_FILES,
     Manifest,
@@ -30,7 +33,12 @@ from slowdown.probe.manifest import (
 from slowdown.probe.md_probe import object_index
 from slowdown.probe.pathsafety import check_host, lstat_or_none, require_dir, require_ours
 from slowdown.probe.workspace import SLOWDOWN_DIR, Workspace
-from slowdown.probe.workspace_errors import ForeignWorkspaceError, UnsafePathError
+from slowdown.probe.workspace_errors import (
+    ForeignWorkspaceError,
+    UnsafePathError,
+    WorkspaceInUseError,
+)
+from slowdown.probe.workspace_lock import hold_for_cleanup, in_use, refusal
 
 if TYPE_CHECKING:
     from slowdown.analysis.config import Target
@@ -107,6 +115,9 @@ def describe(target: Target, host: str) -> Manifest | None:
     manifest = read_manifest(ws.dir)
     if manifest is None:
         raise ForeignWorkspaceError(f"{ws.dir} has no slowdown MANIFEST; not touching it")
+    holder = in_use(ws.dir)
+    if holder is not None:  # before asking: a service probes it
+        raise WorkspaceInUseError(refusal(ws.dir, holder))
     return manifest
 
 
@@ -120,6 +131,7 @@ def cleanup(target: Target, host: str) -> CleanupReport:
     ws = root / SLOWDOWN_DIR / host
     report = CleanupReport(ws)
     fds: list[int] = []
+    lock = None
     try:
         try:
             root_fd = _open_dir_path(root)
@@ -141,8 +153,9 @@ def cleanup(target: Target, host: str) -> CleanupReport:
         if manifest.host != host:
             raise ForeignWorkspaceError(f"{ws / MANIFEST_NAME} belongs to host "
                                         f"{manifest.host!r}; not touching it")
+        lock = hold_for_cleanup(ws_fd, ws, host)  # held until the end; removed as listed
         _cleanup_pool(ws_fd, manifest.pool, report)
-        for name in (DATA_NAME, *STATE_FILES):
+        for name in (manifest.data_name, *STATE_FILES):  # data.bin, or write.bin
             outcome = _unlink_regular(ws_fd, name)
             if outcome == "removed":
                 report.removed_files += 1
@@ -175,6 +188,8 @@ def cleanup(target: Target, host: str) -> CleanupReport:
     finally:
         for fd in fds:
             os.close(fd)
+        if lock is not None:
+            lock.close()
 
 
 def _cleanup_pool(ws_fd: int, pool: PoolEntry, report: CleanupReport) -> None:

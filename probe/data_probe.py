@@ -11,6 +11,12 @@ switched off there (POSIX_FADV_RANDOM) so a read does not cache its neighbours.
 Writes only overwrite whole blocks below the size the file had at open: the file never grows.
 The buffer starts with a block read from the file, so a write puts back data of the same kind
 (prepare's content), never zeros.
+
+With a shared data file (data_file = "shared") the probe reads the target's shared data.bin,
+opened read-only, and writes the node's own write.bin: many nodes read one file (compatible
+read locks only) and no two nodes ever write the same file, so no write lock (a GPFS byte-range
+token, a Lustre extent lock) passes between nodes: what a write measures is the write. Both
+files are opened in one mode, direct or fadvise.
 """
 
 from __future__ import annotations
@@ -19,81 +25,140 @@ import errno
 import mmap
 import os
 import random
+import stat
 from pathlib import Path
 
-from slowdown.probe.manifest import BLOCK_SIZE
+from slowdown.probe.manifest import (
+    BLOCK_SIZE,
+    DATA_NAME,
+    SHARED_DIR,
+    WRITE_NAME,
+    ManifestError,
+    read_manifest,
+    read_shared_manifest,
+)
 
 DIRECT = "direct"
 FADVISE = "fadvise"
 
 _O_DIRECT = getattr(os, "O_DIRECT", 0)
 _BASE_FLAGS = os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC
+_READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC  # a shared file: never written
 
 
 class DataProbe:
-    """Random aligned block I/O on one file, opened once."""
+    """Random aligned block I/O on one file (or reads on one, writes on another), opened once."""
 
-    __slots__ = ("_buf", "_bufs", "_cached", "_fd", "_nblocks", "_randbelow", "block_size",
-                 "mode", "path", "size")
+    __slots__ = ("_buf", "_bufs", "_cached", "_fd", "_nblocks", "_randbelow", "_wblocks", "_wfd",
+                 "block_size", "mode", "path", "size", "write_path", "write_size")
 
     def __init__(self, path: Path | str, *, block_size: int = BLOCK_SIZE,
-                 seed: int | None = None, allow_direct: bool = True) -> None:
+                 seed: int | None = None, allow_direct: bool = True,
+                 write_path: Path | str | None = None, read_size: int | None = None) -> None:
+        """Reads (and writes) `path`; with `write_path`, writes go there and `path` is opened
+        read-only. `read_size`: read only below it (a shared file that may be growing)."""
         if block_size <= 0 or block_size % mmap.PAGESIZE:
             raise ValueError("block_size must be a positive multiple of the page size")
         self.path = str(path)
+        self.write_path = None if write_path is None else str(write_path)
         self.block_size = block_size
-        self._fd = -1
+        self._fd = self._wfd = -1
         self._cached = False
         # Anonymous mmap: page aligned, as O_DIRECT needs, and allocated once.
         self._buf = mmap.mmap(-1, block_size)
         self._bufs = [self._buf]
-        self.mode = FADVISE
-        fd = -1
-        if allow_direct and _O_DIRECT:
-            try:
-                fd = os.open(self.path, _BASE_FLAGS | _O_DIRECT)
-            except OSError as exc:
-                if exc.errno != errno.EINVAL:
-                    raise
-            else:
-                self.mode = DIRECT
-        if fd < 0:
-            fd = os.open(self.path, _BASE_FLAGS)
-        self._fd = fd
+        self.mode = DIRECT if allow_direct and _O_DIRECT else FADVISE
         try:
-            self.size = os.fstat(fd).st_size
-            self._nblocks = self.size // block_size
-            if self._nblocks < 1:
-                raise OSError(errno.EINVAL, f"smaller than one block ({block_size} bytes)",
-                              self.path)
+            try:
+                self._open_files()
+            except OSError as exc:
+                if exc.errno != errno.EINVAL or self.mode != DIRECT:
+                    raise
+                self._fallback()  # the filesystem refuses O_DIRECT at open
+            self._sizes(read_size)
             if self.mode == DIRECT:
                 try:
-                    self._pread(0)
+                    for fd in dict.fromkeys((self._wfd, self._fd)):
+                        self._pread(0, fd)
                 except OSError as exc:
                     if exc.errno != errno.EINVAL:
                         raise
-                    # Open accepted O_DIRECT but I/O refuses it: reopen without.
-                    os.close(fd)
-                    self._fd = -1
-                    self._fd = fd = os.open(self.path, _BASE_FLAGS)
-                    self.mode = FADVISE
+                    self._fallback()  # open accepted O_DIRECT but I/O refuses it
             if self.mode == FADVISE:
-                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)
+                os.posix_fadvise(self._fd, 0, 0, os.POSIX_FADV_RANDOM)
                 self._pread(0)
-                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+                os.posix_fadvise(self._fd, 0, 0, os.POSIX_FADV_DONTNEED)
         except BaseException:
             self.close()
             raise
         self._cached = self.mode == FADVISE
         self._randbelow = random.Random(seed).randrange
 
+    @classmethod
+    def from_workspace(cls, workspace: Path | str, **kwargs: object) -> DataProbe:
+        """The probe of a prepared workspace, as its MANIFEST says: its own data.bin, or the
+        target's shared data file (read-only, below the size its MANIFEST calls ready) with
+        the workspace's write.bin."""
+        workspace = Path(workspace)
+        manifest = read_manifest(workspace)
+        if manifest is None:
+            raise ManifestError(f"{workspace}: no MANIFEST; run 'slowdown-probe prepare'")
+        if manifest.data_file != "shared":
+            return cls(workspace / DATA_NAME, **kwargs)  # type: ignore[arg-type]
+        shared = workspace.parent / SHARED_DIR
+        try:
+            st = os.lstat(shared)
+        except FileNotFoundError:
+            st = None
+        if st is not None and (not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid()):
+            raise ManifestError(f"{shared} is not a directory of this user; not reading it")
+        ready = read_shared_manifest(shared) if st is not None else None
+        if ready is None or not ready.complete:
+            holder = f" (prepare by host {ready.host} did not finish)" if ready else ""
+            raise ManifestError(f"{shared / DATA_NAME}: the shared data file is not prepared"
+                                f"{holder}; run 'slowdown-probe prepare'")
+        return cls(shared / DATA_NAME, write_path=workspace / WRITE_NAME,
+                   read_size=ready.data_size, **kwargs)  # type: ignore[arg-type]
+
+    def _open_files(self) -> None:
+        direct = _O_DIRECT if self.mode == DIRECT else 0
+        if self.write_path is None:
+            self._fd = self._wfd = os.open(self.path, _BASE_FLAGS | direct)
+            return
+        self._fd = os.open(self.path, _READ_FLAGS | direct)
+        self._wfd = os.open(self.write_path, _BASE_FLAGS | direct)
+
+    def _close_files(self) -> None:
+        fd, wfd, self._fd, self._wfd = self._fd, self._wfd, -1, -1
+        for one in dict.fromkeys((fd, wfd)):
+            if one >= 0:
+                os.close(one)
+
+    def _fallback(self) -> None:
+        """Reopen without O_DIRECT: both files or neither, so reads and writes are one mode."""
+        self._close_files()
+        self.mode = FADVISE
+        self._open_files()
+
+    def _sizes(self, read_size: int | None) -> None:
+        bs = self.block_size
+        self.size = os.fstat(self._fd).st_size
+        if read_size is not None:
+            self.size = min(self.size, read_size)
+        self._nblocks = self.size // bs
+        self.write_size = os.fstat(self._wfd).st_size if self._wfd != self._fd else self.size
+        self._wblocks = self.write_size // bs
+        for blocks, path in ((self._nblocks, self.path), (self._wblocks, self.write_path)):
+            if blocks < 1:
+                raise OSError(errno.EINVAL, f"smaller than one block ({bs} bytes)", path)
+
     @property
     def blocks(self) -> int:
         """How many whole blocks the probe chooses from."""
         return self._nblocks
 
-    def _pread(self, offset: int) -> None:
-        n = os.preadv(self._fd, self._bufs, offset)
+    def _pread(self, offset: int, fd: int | None = None) -> None:
+        n = os.preadv(self._fd if fd is None else fd, self._bufs, offset)
         if n != self.block_size:
             raise OSError(errno.EIO, f"short read: {n} of {self.block_size} bytes at offset "
                           f"{offset}", self.path)
@@ -113,19 +178,17 @@ class DataProbe:
     def write_block(self) -> int:
         """Overwrite one block at a random aligned offset; return the offset."""
         bs = self.block_size
-        offset = self._randbelow(self._nblocks) * bs
-        n = os.pwritev(self._fd, self._bufs, offset)
+        offset = self._randbelow(self._wblocks) * bs
+        n = os.pwritev(self._wfd, self._bufs, offset)
         if n != bs:
             raise OSError(errno.EIO, f"short write: {n} of {bs} bytes at offset {offset}",
-                          self.path)
+                          self.write_path or self.path)
         if self._cached:
-            os.fdatasync(self._fd)
+            os.fdatasync(self._wfd)
         return offset
 
     def close(self) -> None:
-        fd, self._fd = self._fd, -1
-        if fd >= 0:
-            os.close(fd)
+        self._close_files()
         if not self._buf.closed:
             self._buf.close()
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import stat
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -61,8 +62,10 @@ def verified_length(path: Path) -> int:
         os.close(fd)
 
 
-def write_data(path: Path, start: int, end: int, progress: Any) -> int:
-    """Write real, stamped data from `start` to `end`; return bytes written."""
+def write_data(path: Path, start: int, end: int, progress: Any,
+               on_sync: Callable[[], None] | None = None, label: str | None = None) -> int:
+    """Write real, stamped data from `start` to `end`; return bytes written. `on_sync` is
+    called after each sync (the shared file's writer beats its claim there)."""
     import numpy as np
 
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
@@ -78,7 +81,7 @@ def write_data(path: Path, start: int, end: int, progress: Any) -> int:
         words[::step] = STAMP_MAGIC
         pages = WRITE_CHUNK // STAMP_UNIT
         view = memoryview(buf)
-        task = progress.add_task(f"{path.name}", total=end, completed=start)
+        task = progress.add_task(label or path.name, total=end, completed=start)
         off = synced = start
         while off < end:
             n = min(WRITE_CHUNK, end - off)
@@ -91,9 +94,11 @@ def write_data(path: Path, start: int, end: int, progress: Any) -> int:
             off += n
             if off - synced >= SYNC_EVERY or off == end:
                 os.fdatasync(fd)
-                # Written and durable: keep 4x RAM of it from pushing everyone's cache out.
+                # Written and durable: keep it from pushing everyone's cache out.
                 os.posix_fadvise(fd, synced, off - synced, os.POSIX_FADV_DONTNEED)
                 synced = off
+                if on_sync is not None:
+                    on_sync()
             progress.update(task, completed=off)
         return end - start
     except OSError as exc:

@@ -25,8 +25,20 @@ recognises and adopts). It is JSON, written atomically (temp file, fsync, os.rep
         "position": 0,                  # rotation step when prepare finished (see below)
         "adopted": false                # the pool was precreated by md-workbench
       },
-      "state_files": ["md-workbench.status", "md-workbench.status.tmp", "MANIFEST.tmp"]
+      "state_files": ["md-workbench.status", "md-workbench.status.tmp", "MANIFEST.tmp",
+                      "service.lock"]
     }
+
+That is version 1, the node's own data file (data_file = "own"). A workspace that reads the
+target's shared data file (data_file = "shared", see shared.py) is version 2: its "data" names
+the node's write file and the file it reads, a fixed path that the probe checks, never one it
+follows from the MANIFEST:
+
+      "data": {"file": "write.bin", "size": 268435456, "block_size": 1048576,
+               "read": "../shared/data.bin"},
+
+Version 1 stays what it was, so a workspace prepared before shared data files keeps working
+both ways (an older slowdown refuses a version 2 MANIFEST instead of misreading it).
 
 The live rotation position is not kept in the MANIFEST (the probe would have to rewrite it):
 it lives in `md-workbench.status` next to it, in MD-Workbench's own `--run-info-file` format
@@ -50,8 +62,12 @@ from typing import Any
 
 FORMAT = "slowdown-workspace"
 VERSION = 1
+SHARED_VERSION = 2  # a workspace that reads the shared data file
 MANIFEST_NAME = "MANIFEST"
 DATA_NAME = "data.bin"
+WRITE_NAME = "write.bin"  # the node's write file beside a shared data file
+SHARED_DIR = "shared"  # <target>/.slowdown/shared/: the data file every node reads
+SHARED_READ = f"../{SHARED_DIR}/{DATA_NAME}"  # as a workspace's MANIFEST names it
 POOL_NAME = "md"
 STATUS_NAME = "md-workbench.status"  # md-workbench's default --run-info-file name
 BLOCK_SIZE = 1 << 20
@@ -62,7 +78,8 @@ def tmp_name(name: str) -> str:
     return name + ".tmp"
 
 
-STATE_FILES = (STATUS_NAME, tmp_name(STATUS_NAME), tmp_name(MANIFEST_NAME))
+LOCK_NAME = "service.lock"  # held by the service probing the workspace (workspace_lock.py)
+STATE_FILES = (STATUS_NAME, tmp_name(STATUS_NAME), tmp_name(MANIFEST_NAME), LOCK_NAME)
 
 _OPEN_NEW = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
 
@@ -209,11 +226,21 @@ class Manifest:
     parents: list[str] = field(default_factory=list)
     workspace_adopted: bool = False
     block_size: int = BLOCK_SIZE
+    data_file: str = "own"  # "shared": data_size is write.bin's; reads go to SHARED_READ
+
+    @property
+    def data_name(self) -> str:
+        """The file in the workspace that the probe writes (and, when own, reads)."""
+        return WRITE_NAME if self.data_file == "shared" else DATA_NAME
 
     def to_json(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"file": self.data_name, "size": self.data_size,
+                                "block_size": self.block_size}
+        if self.data_file == "shared":
+            data["read"] = SHARED_READ
         return {
             "format": FORMAT,
-            "version": VERSION,
+            "version": SHARED_VERSION if self.data_file == "shared" else VERSION,
             "host": self.host,
             "target": self.target,
             "uid": self.uid,
@@ -222,7 +249,7 @@ class Manifest:
             "complete": self.complete,
             "parents": list(self.parents),
             "workspace_adopted": self.workspace_adopted,
-            "data": {"file": DATA_NAME, "size": self.data_size, "block_size": self.block_size},
+            "data": data,
             "pool": self.pool.to_json(),
             "state_files": list(STATE_FILES),
         }
@@ -238,11 +265,16 @@ class Manifest:
             raise ManifestError(f"{where}: not JSON: {exc}") from exc
         if not isinstance(obj, dict) or obj.get("format") != FORMAT:
             raise ManifestError(f"{where}: not a slowdown workspace MANIFEST")
-        if obj.get("version") != VERSION:
-            raise ManifestError(f"{where}: unsupported MANIFEST version {obj.get('version')!r}")
+        version = obj.get("version")
+        if version not in (VERSION, SHARED_VERSION) or isinstance(version, bool):
+            raise ManifestError(f"{where}: unsupported MANIFEST version {version!r}")
+        data_file = "shared" if version == SHARED_VERSION else "own"
         data_obj = obj.get("data")
-        if not isinstance(data_obj, dict) or data_obj.get("file") != DATA_NAME:
-            raise ManifestError(f"{where}: 'data' must name {DATA_NAME}")
+        name = WRITE_NAME if data_file == "shared" else DATA_NAME
+        if not isinstance(data_obj, dict) or data_obj.get("file") != name:
+            raise ManifestError(f"{where}: 'data' must name {name}")
+        if data_file == "shared" and data_obj.get("read") != SHARED_READ:
+            raise ManifestError(f"{where}: 'data.read' must be {SHARED_READ}")
         parents = obj.get("parents", [])
         if not isinstance(parents, list) or not all(
             isinstance(p, str) and _relative_ok(p) for p in parents
@@ -261,12 +293,12 @@ class Manifest:
             completed=None if completed is None else _num(obj, "completed", where),
             parents=list(parents),
             workspace_adopted=bool(obj.get("workspace_adopted", False)),
+            data_file=data_file,
         )
 
 
-def read_manifest(workspace: Path, *, dir_fd: int | None = None) -> Manifest | None:
-    """The workspace's MANIFEST, None when it has none; never follows a symlink."""
-    where = str(workspace / MANIFEST_NAME)
+def _read_manifest_bytes(directory: Path, dir_fd: int | None) -> bytes | None:
+    where = str(directory / MANIFEST_NAME)
     try:
         fd = os.open(MANIFEST_NAME if dir_fd is not None else where,
                      os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
@@ -283,11 +315,114 @@ def read_manifest(workspace: Path, *, dir_fd: int | None = None) -> Manifest | N
             chunks.append(chunk)
     finally:
         os.close(fd)
-    return Manifest.loads(b"".join(chunks), where)
+    return b"".join(chunks)
+
+
+def read_manifest(workspace: Path, *, dir_fd: int | None = None) -> Manifest | None:
+    """The workspace's MANIFEST, None when it has none; never follows a symlink."""
+    data = _read_manifest_bytes(workspace, dir_fd)
+    return None if data is None else Manifest.loads(data, str(workspace / MANIFEST_NAME))
 
 
 def write_manifest(workspace: Path, manifest: Manifest) -> None:
     atomic_write(workspace / MANIFEST_NAME, manifest.dumps())
+
+
+# --- the shared data file's MANIFEST -----------------------------------------------------
+
+SHARED_FORMAT = "slowdown-shared"
+SHARED_FORMAT_VERSION = 1
+SHARED_STATE_FILES = (tmp_name(MANIFEST_NAME),)
+
+
+@dataclass
+class SharedManifest:
+    """`<target>/.slowdown/shared/MANIFEST`: the data file every node of a target reads.
+
+        {"format": "slowdown-shared", "version": 1,
+         "host": "node01",              # whose prepare created it (its claim, shared.py)
+         "target": "work", "uid": 990, "created": ..., "completed": ..., "complete": true,
+         "parents": [".slowdown"],      # dirs above it that this prepare made (as a workspace)
+         "dir_existed": false,          # shared/ was there before (made to set its striping)
+         "data": {"file": "data.bin", "size": 68719476736, "block_size": 1048576},
+         "state_files": ["MANIFEST.tmp"]}
+
+    `data.size` is what is ready to read: whole blocks written and synced. It only grows (a
+    prepare asking for a larger data_size extends the file); readers never read beyond it.
+    """
+
+    host: str
+    target: str
+    uid: int
+    created: float
+    data_size: int
+    complete: bool = False
+    completed: float | None = None
+    parents: list[str] = field(default_factory=list)
+    dir_existed: bool = False
+    block_size: int = BLOCK_SIZE
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "format": SHARED_FORMAT,
+            "version": SHARED_FORMAT_VERSION,
+            "host": self.host,
+            "target": self.target,
+            "uid": self.uid,
+            "created": self.created,
+            "completed": self.completed,
+            "complete": self.complete,
+            "parents": list(self.parents),
+            "dir_existed": self.dir_existed,
+            "data": {"file": DATA_NAME, "size": self.data_size, "block_size": self.block_size},
+            "state_files": list(SHARED_STATE_FILES),
+        }
+
+    def dumps(self) -> bytes:
+        return (json.dumps(self.to_json(), indent=2) + "\n").encode()
+
+    @classmethod
+    def loads(cls, data: bytes, where: str) -> SharedManifest:
+        try:
+            obj = json.loads(data)
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise ManifestError(f"{where}: not JSON: {exc}") from exc
+        if not isinstance(obj, dict) or obj.get("format") != SHARED_FORMAT:
+            raise ManifestError(f"{where}: not the MANIFEST of a slowdown shared data file")
+        if obj.get("version") != SHARED_FORMAT_VERSION:
+            raise ManifestError(f"{where}: unsupported MANIFEST version {obj.get('version')!r}")
+        data_obj = obj.get("data")
+        if not isinstance(data_obj, dict) or data_obj.get("file") != DATA_NAME:
+            raise ManifestError(f"{where}: 'data' must name {DATA_NAME}")
+        parents = obj.get("parents", [])
+        if not isinstance(parents, list) or not all(
+            isinstance(p, str) and _relative_ok(p) for p in parents
+        ):
+            raise ManifestError(f"{where}: 'parents' must be relative directory names")
+        completed = obj.get("completed")
+        return cls(
+            host=_str(obj, "host", where),
+            target=_str(obj, "target", where),
+            uid=_int(obj, "uid", where),
+            created=_num(obj, "created", where),
+            data_size=_int(data_obj, "size", where),
+            block_size=_int(data_obj, "block_size", where),
+            complete=bool(obj.get("complete", False)),
+            completed=None if completed is None else _num(obj, "completed", where),
+            parents=list(parents),
+            dir_existed=bool(obj.get("dir_existed", False)),
+        )
+
+
+def read_shared_manifest(directory: Path, *, dir_fd: int | None = None
+                         ) -> SharedManifest | None:
+    """The shared directory's MANIFEST, None when it has none; never follows a symlink."""
+    data = _read_manifest_bytes(directory, dir_fd)
+    return None if data is None else SharedManifest.loads(data, str(directory / MANIFEST_NAME))
+
+
+def write_shared_manifest(directory: Path, manifest: SharedManifest) -> None:
+    atomic_write(directory / MANIFEST_NAME, manifest.dumps())
 
 
 def _relative_ok(p: str) -> bool:

@@ -5,7 +5,7 @@ bytes and inodes as the filesystem allocates them (whole fragments of `f_frsize`
 file and directory, three more for data.bin and the state files); `check_space` raises
 NoSpaceError unless statvfs shows room for that plus a margin (16 MiB and 2 % of the bytes;
 16 inodes and 1 % of them). A filesystem that reports no inode count (f_files 0) is not
-checked for inodes.
+checked for inodes, nor one that reports no size (f_blocks 0, as ramfs) for bytes.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ def check_space(where: Path, need_bytes: int, need_inodes: int) -> None:
     st = os.statvfs(where)
     free = st.f_bavail * st.f_frsize
     margin = MARGIN_BYTES + need_bytes // 50
-    if need_bytes and free < need_bytes + margin:
+    if need_bytes and st.f_blocks > 0 and free < need_bytes + margin:
         raise NoSpaceError(f"{where}: not enough free space: {format_size(need_bytes)} to write "
                            f"+ {format_size(margin)} margin, {format_size(free)} free")
     if st.f_files > 0 and need_inodes:

@@ -14,9 +14,19 @@ exactly a pool precreated by `md-workbench -1 -o <workspace>/md -D=<dirs> -P=<fi
 the MANIFEST as adopted, its position honoured. Anything else without our MANIFEST is refused.
 pool_files must be a multiple of pool_dirs (md-workbench's -P counts objects per data set).
 
+With data_file = "shared" the workspace holds write.bin (write_size) instead of data.bin, and
+prepare first makes sure of the target's shared data file (shared.py): created by the first
+node, taken as it is by the others, or "busy" while another node writes it (then this node's
+workspace is prepared all the same, and `wait` seconds are given to the other node). A
+workspace keeps the layout it was prepared with: one with its own data.bin (prepared before
+shared data files, or with data_file = "own") goes on being probed as it is, and prepare says
+how to move it. Where the filesystem refuses O_DIRECT, prepare says so when the data file is
+not larger than this node's RAM: the fallback (posix_fadvise) needs that.
+
 This module orchestrates; the jobs are done by pathsafety (the path checks), space (free space
 and inodes), datafile (data.bin), pool (creating the pool), mdworkbench (recognising a pool to
-adopt) and progressbar (the bars). cleanup.py removes a workspace again.
+adopt), shared (the shared data file) and progressbar (the bars). cleanup.py removes a
+workspace again, shared_cleanup.py the shared data file.
 """
 
 from __future__ import annotations
@@ -28,13 +38,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from slowdown.analysis.units import format_size
+from slowdown.probe.data_probe import FADVISE, DataProbe
 from slowdown.probe.datafile import verified_length, write_data
 from slowdown.probe.manifest import (
     BLOCK_SIZE,
     DATA_NAME,
     MANIFEST_NAME,
     POOL_NAME,
+    SHARED_DIR,
     STATUS_NAME,
+    WRITE_NAME,
     Manifest,
     ManifestError,
     PoolEntry,
@@ -53,6 +67,7 @@ from slowdown.probe.pathsafety import (
 )
 from slowdown.probe.pool import fill_pool, scan_pool
 from slowdown.probe.progressbar import progress_bar
+from slowdown.probe.shared import SharedReport, inspect_shared, shared_paths, wait_shared
 from slowdown.probe.space import check_space, estimate
 from slowdown.probe.workspace_errors import (
     ForeignWorkspaceError,
@@ -84,6 +99,16 @@ class Workspace:
         return self.dir / DATA_NAME
 
     @property
+    def write(self) -> Path:
+        """The node's write file beside a shared data file."""
+        return self.dir / WRITE_NAME
+
+    @property
+    def shared_data(self) -> Path:
+        """The target's shared data file: `<target>/.slowdown/shared/data.bin`."""
+        return self.dir.parent / SHARED_DIR / DATA_NAME
+
+    @property
     def pool(self) -> Path:
         return self.dir / POOL_NAME
 
@@ -105,6 +130,9 @@ class PrepareReport:
     objects_created: int = 0
     position: int = 0
     notes: list[str] = field(default_factory=list)
+    shared: SharedReport | None = None  # the shared data file, with data_file = "shared"
+    mode: str | None = None  # the data probe's mode here: "direct" or "fadvise"
+    parents: list[str] = field(default_factory=list)  # directories this run made above it
 
 
 def _pool_shape(target: Target) -> tuple[int, int, int]:
@@ -119,6 +147,24 @@ def _pool_shape(target: Target) -> tuple[int, int, int]:
     return dirs, files // dirs, size
 
 
+def _write_size(target: Target) -> int:
+    size = int(target.write_size)
+    if size < BLOCK_SIZE or size % BLOCK_SIZE:
+        raise WorkspaceError(f"target {target.name}: write size {size} is not a positive "
+                             "multiple of 1 MiB")
+    return size
+
+
+def _mkdir_new(path: Path) -> bool:
+    """mkdir that another node may beat to it: True when this call made the directory."""
+    try:
+        os.mkdir(path, 0o755)
+    except FileExistsError:
+        require_dir(path, os.lstat(path))
+        return False
+    return True
+
+
 def _data_size(target: Target, ram_bytes: int | None) -> int:
     ds = target.data_size
     size = ds.resolve(ram_bytes) if ram_bytes is not None else ds.resolve()
@@ -130,15 +176,22 @@ def _data_size(target: Target, ram_bytes: int | None) -> int:
 
 def prepare(target: Target, host: str, *, ram_bytes: int | None = None,
             progress: bool = True, console: Console | None = None,
-            md_workbench_status: Path | None = None) -> PrepareReport:
-    """Create (or finish, or adopt) the workspace of `target` on `host`.
+            md_workbench_status: Path | None = None, wait: float = 0.0) -> PrepareReport:
+    """Create (or finish, or adopt) the workspace of `target` on `host`, and with
+    data_file = "shared" the target's shared data file unless another node is writing it.
 
     `md_workbench_status`: md-workbench's --run-info-file when adopting a pool and the file
-    is not `md-workbench.status` inside the workspace.
+    is not `md-workbench.status` inside the workspace. `wait`: seconds to wait for another
+    node that is writing the shared data file (report.shared.busy when it has not finished).
     """
     check_host(host)
+    shared = target.data_file == "shared"
+    if shared and host == SHARED_DIR:
+        raise WorkspaceError(f"host name {host!r} is the directory of the shared data file "
+                             "(.slowdown/shared); set host to another name")
     dirs, per_dir, object_size = _pool_shape(target)
-    need = _data_size(target, ram_bytes)
+    need = _write_size(target) if shared else _data_size(target, ram_bytes)
+    shared_need = _data_size(target, ram_bytes) if shared else 0
     root = Path(target.path)
     if target.create_parents:
         root.parent.mkdir(parents=True, exist_ok=True)
@@ -146,7 +199,6 @@ def prepare(target: Target, host: str, *, ram_bytes: int | None = None,
     sd = root / SLOWDOWN_DIR
     ws = sd / host
     layout = PoolLayout(ws / POOL_NAME, dirs, per_dir, object_size)
-    uid = os.geteuid()
 
     root_st = lstat_or_none(root)
     sd_st = lstat_or_none(sd) if root_st is not None else None
@@ -171,24 +223,49 @@ def prepare(target: Target, host: str, *, ram_bytes: int | None = None,
                 status = md_workbench_status or ws / STATUS_NAME
                 adopt = recognise_md_workbench(ws, dirs, per_dir, object_size, status)
 
-    if manifest is not None:
-        return _resume(target, ws, layout, manifest, need, progress, console, host)
+    if manifest is not None and manifest.data_file != target.data_file:
+        report = _other_layout(target, ws, manifest)
+    elif manifest is not None:
+        report = _resume(target, ws, layout, manifest, need, progress, console, host)
+    else:
+        report = _create(target, host, ws, layout, need, shared_need, adopt,
+                         (root_st, sd_st, ws_st), progress, console)
+    if shared and (manifest is None or manifest.data_file == "shared"):
+        report.shared = wait_shared(target, host, shared_need, wait, parents=report.parents,
+                                    progress=progress, console=console)
+    if report.shared is None or not report.shared.busy:
+        _direct_io(report, ws, ram_bytes)
+    return report
 
-    # Nothing of ours yet: check the space for everything, then create.
+
+def _create(target: Target, host: str, ws: Path, layout: PoolLayout, need: int,
+            shared_need: int, adopt: tuple[int, int] | None,
+            found: tuple[os.stat_result | None, ...], progress: bool,
+            console: Console | None) -> PrepareReport:
+    """Nothing of ours yet: check the space for everything (the shared data file too, unless
+    it is ready), then create."""
+    root_st, sd_st, ws_st = found
+    sd = ws.parent
+    root = sd.parent
+    dirs, per_dir, object_size = layout.dirs, layout.per_dir, layout.object_size
     where = ws if ws_st is not None else sd if sd_st is not None else (
         root if root_st is not None else root.parent)
     objects = 0 if adopt is not None else layout.files
     new_dirs = (0 if adopt is not None else dirs + 1) + (ws_st is None) + (sd_st is None) + (
         root_st is None)
-    need_bytes, need_inodes = estimate(where, need, objects, object_size, new_dirs)
+    extra = 0
+    if shared_need:
+        ready = inspect_shared(shared_paths(target)[1]) if sd_st is not None else None
+        have = ready.data_size if ready is not None and ready.complete else 0
+        extra = max(shared_need - have, 0)
+        new_dirs += ready is None
+    need_bytes, need_inodes = estimate(where, need + extra, objects, object_size, new_dirs)
     check_space(where, need_bytes, need_inodes)
 
     parents: list[str] = []
-    if root_st is None:
-        os.mkdir(root, 0o755)
+    if root_st is None and _mkdir_new(root):  # other nodes may be preparing at once
         parents.append(".")
-    if sd_st is None:
-        os.mkdir(sd, 0o755)
+    if sd_st is None and _mkdir_new(sd):
         parents.append(SLOWDOWN_DIR)
     if ws_st is None:
         os.mkdir(ws, 0o755)
@@ -196,16 +273,54 @@ def prepare(target: Target, host: str, *, ram_bytes: int | None = None,
     # prepare continues and cleanup removes.
     position, first = adopt if adopt is not None else (0, 0)
     manifest = Manifest(
-        host=host, target=target.name, uid=uid, created=time.time(), data_size=need,
+        host=host, target=target.name, uid=os.geteuid(), created=time.time(), data_size=need,
         pool=PoolEntry(dirs=dirs, files_per_dir=per_dir, object_size=object_size,
                        first_index=first, position=position, adopted=adopt is not None),
         parents=parents, workspace_adopted=adopt is not None and ws_st is not None,
+        data_file=target.data_file,
     )
     write_manifest(ws, manifest)
     write_status(ws / STATUS_NAME, position, dirs)
     report = _finish(ws, layout, manifest, need, 0, progress, console, adopt is None)
     report.action = "adopted" if adopt is not None else "created"
+    report.parents = parents
     return report
+
+
+def _other_layout(target: Target, ws: Path, manifest: Manifest) -> PrepareReport:
+    """A workspace prepared with the other data_file: probed as it is, never converted."""
+    was, now = manifest.data_file, target.data_file
+    if not manifest.complete:
+        raise WorkspaceError(f"{ws} was prepared with data_file = {was!r} and did not finish; "
+                             f"target {target.name} now says {now!r}: run cleanup first")
+    what = ("keeps its own data.bin" if was == "own" else "reads the shared data file")
+    report = PrepareReport(ws, "unchanged", manifest.data_size, position=manifest.pool.position)
+    report.notes.append(f"{ws} {what} (prepared with data_file = {was!r}) and is probed so; "
+                        f"for data_file = {now!r} run cleanup, then prepare")
+    return report
+
+
+def _direct_io(report: PrepareReport, ws: Path, ram_bytes: int | None) -> None:
+    """The data probe's mode on this filesystem; a note when O_DIRECT is refused and the
+    file it reads is not larger than this node's RAM (then reads may hit the page cache)."""
+    try:
+        with DataProbe.from_workspace(ws) as probe:
+            report.mode, size = probe.mode, probe.size
+    except (OSError, ManifestError) as exc:
+        report.notes.append(f"the data probe cannot open its files: {exc}")
+        return
+    if report.mode != FADVISE:
+        return
+    if ram_bytes is None:
+        import psutil
+
+        ram_bytes = int(psutil.virtual_memory().total)
+    if size <= ram_bytes:
+        report.notes.append(
+            f"this filesystem refuses O_DIRECT: the data probe falls back to posix_fadvise, "
+            f"and a data file not larger than this node's RAM ({format_size(size)} <= "
+            f"{format_size(ram_bytes)}) may be read from its page cache; give the target "
+            'data_size = "4xRAM"')
 
 
 def _resume(target: Target, ws: Path, layout: PoolLayout, manifest: Manifest, need: int,
@@ -219,7 +334,7 @@ def _resume(target: Target, ws: Path, layout: PoolLayout, manifest: Manifest, ne
             f"{ws} was prepared with pool_dirs={pool.dirs}, pool_files="
             f"{pool.dirs * pool.files_per_dir}, object_size={pool.object_size}; the "
             f"configuration of target {target.name} differs: run cleanup first")
-    data = ws / DATA_NAME
+    data = ws / manifest.data_name
     st = lstat_or_none(data)
     if st is not None and not stat.S_ISREG(st.st_mode):
         raise UnsafePathError(f"{data} is not a regular file")
@@ -266,7 +381,7 @@ def _finish(ws: Path, layout: PoolLayout, manifest: Manifest, need: int, have_da
     report = PrepareReport(ws, "", max(need, have_data), position=manifest.pool.position)
     if have_data < need:
         with progress_bar("bytes", progress, console) as bar:
-            report.data_written = write_data(ws / DATA_NAME, have_data, need, bar)
+            report.data_written = write_data(ws / manifest.data_name, have_data, need, bar)
     if build_pool:
         first = manifest.pool.first_index
         window = range(first, first + layout.per_dir)

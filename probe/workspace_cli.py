@@ -2,7 +2,9 @@
 
 Both act on every configured target, or on those named with `--target` (repeatable). A
 failure on one target is reported on stderr as one line and the others still run; the exit
-status is then 1.
+status is then 1. A shared data file that another node is still writing is such a failure
+for prepare (after this node's workspace is ready): `--wait` gives that node time.
+`cleanup --shared` also removes the shared data file, once no workspace reads it.
 """
 
 from __future__ import annotations
@@ -14,9 +16,11 @@ from typing import Any
 
 import click
 
-from slowdown.analysis.units import format_size
+from slowdown.analysis.units import format_size, parse_duration
 from slowdown.probe.cleanup import cleanup, describe
 from slowdown.probe.manifest import ManifestError
+from slowdown.probe.shared import inspect_shared, shared_paths
+from slowdown.probe.shared_cleanup import cleanup_shared
 from slowdown.probe.workspace import prepare
 from slowdown.probe.workspace_errors import WorkspaceError
 
@@ -63,20 +67,29 @@ target_option = click.option(
 @click.option("--md-workbench-status", type=click.Path(path_type=Path, dir_okay=False),
               default=None, help="md-workbench's --run-info-file, when adopting a pool it "
               "precreated and the file is not md-workbench.status in the workspace.")
+@click.option("--wait", "wait", default="0s", show_default=True, metavar="DURATION",
+              help="How long to wait for another node that is writing a target's shared "
+              "data file (e.g. 1h); without, this node's workspace is made and prepare exits 1.")
 @click.pass_context
 def prepare_command(ctx: click.Context, target_names: tuple[str, ...], progress: bool,
-                    md_workbench_status: Path | None) -> None:
-    """Create each target's workspace: data.bin, the md/ pool and the MANIFEST.
+                    md_workbench_status: Path | None, wait: str) -> None:
+    """Create each target's workspace: the md/ pool, the MANIFEST, and the node's data file
+    (write.bin beside the target's shared data file, which the first node creates; or
+    data.bin of its own with data_file = "own").
 
     Resumable (run it again after an interruption) and idempotent (a finished workspace is
     left as it is). A pool precreated by md-workbench in <workspace>/md is adopted.
     """
+    try:
+        wait_seconds = parse_duration(wait)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--wait") from None
     config = _config(ctx)
     failed = False
     for target in _targets(config, target_names):
         try:
             report = prepare(target, config.host, progress=progress,
-                             md_workbench_status=md_workbench_status)
+                             md_workbench_status=md_workbench_status, wait=wait_seconds)
         except (WorkspaceError, ManifestError, OSError) as exc:
             _fail("prepare", target.name, exc)
             failed = True
@@ -84,7 +97,8 @@ def prepare_command(ctx: click.Context, target_names: tuple[str, ...], progress:
         line = f"{target.name}: {report.action} {report.workspace}"
         done = []
         if report.data_written:
-            done.append(f"{format_size(report.data_written)} of data.bin written")
+            name = "write.bin" if report.shared is not None else "data.bin"
+            done.append(f"{format_size(report.data_written)} of {name} written")
         if report.objects_created:
             done.append(f"{report.objects_created} objects created")
         if report.action == "adopted":
@@ -92,6 +106,11 @@ def prepare_command(ctx: click.Context, target_names: tuple[str, ...], progress:
         click.echo(line + (f" ({'; '.join(done)})" if done else ""))
         for note in report.notes:
             click.echo(f"{target.name}: {note}")
+        if report.shared is not None and report.shared.busy:
+            _fail("prepare", target.name, WorkspaceError(report.shared.describe()))
+            failed = True
+        elif report.shared is not None:
+            click.echo(f"{target.name}: {report.shared.describe()}")
     if failed:
         ctx.exit(1)
 
@@ -99,12 +118,17 @@ def prepare_command(ctx: click.Context, target_names: tuple[str, ...], progress:
 @click.command("cleanup")
 @target_option
 @click.option("--yes", "-y", is_flag=True, help="Do not ask before removing.")
+@click.option("--shared", is_flag=True,
+              help="Then also remove the target's shared data file, once no workspace of any "
+              "node reads it (run it on the last node).")
 @click.pass_context
-def cleanup_command(ctx: click.Context, target_names: tuple[str, ...], yes: bool) -> None:
+def cleanup_command(ctx: click.Context, target_names: tuple[str, ...], yes: bool,
+                    shared: bool) -> None:
     """Remove what prepare created (as its MANIFEST lists), and nothing else.
 
     A file slowdown did not create is left in place, with the directories that hold it, and
-    named; run cleanup again once it is gone.
+    named; run cleanup again once it is gone. The shared data file that the nodes read is
+    left for the others unless --shared is given.
     """
     config = _config(ctx)
     failed = False
@@ -114,13 +138,16 @@ def cleanup_command(ctx: click.Context, target_names: tuple[str, ...], yes: bool
             if manifest is None:
                 click.echo(f"{target.name}: no workspace at "
                            f"{Path(target.path) / '.slowdown' / config.host}")
+                if shared and not _cleanup_shared(target, config.host, yes):
+                    failed = True
                 continue
             ws = Path(target.path) / ".slowdown" / config.host
             if not yes:
                 if not sys.stdin.isatty():
                     raise WorkspaceError("not removing without --yes (no terminal to ask on)")
                 pool = manifest.pool
-                question = (f"Remove {ws} (data.bin {format_size(manifest.data_size)}, "
+                question = (f"Remove {ws} ({manifest.data_name} "
+                            f"{format_size(manifest.data_size)}, "
                             f"{pool.dirs * pool.files_per_dir} objects in md/)?")
                 if not click.confirm(question, default=False):
                     click.echo(f"{target.name}: kept {ws}")
@@ -133,11 +160,46 @@ def cleanup_command(ctx: click.Context, target_names: tuple[str, ...], yes: bool
         summary = (f"{target.name}: removed {report.removed_files} files and "
                    f"{report.removed_dirs} directories of {report.workspace}")
         click.echo(summary)
+        if manifest.data_file == "shared" and not shared:
+            click.echo(f"{target.name}: the shared data file stays for the other nodes; "
+                       "cleanup --shared removes it once no workspace reads it")
         if report.strays:
             shown = ", ".join(report.strays[:10])
             more = f" and {len(report.strays) - 10} more" if len(report.strays) > 10 else ""
             click.echo(f"{target.name}: left in place (not created by slowdown): {shown}{more};"
                        " the MANIFEST stays until they are gone", err=True)
             failed = True
+        elif shared and not _cleanup_shared(target, config.host, yes):
+            failed = True
     if failed:
         ctx.exit(1)
+
+
+def _cleanup_shared(target: Any, host: str, yes: bool) -> bool:
+    """The shared data file of one target, after this node's workspace; False on failure."""
+    try:
+        _, directory = shared_paths(target)
+        manifest = inspect_shared(directory)
+        if manifest is None:
+            click.echo(f"{target.name}: no shared data file at {directory}")
+            return True
+        if not yes:
+            if not sys.stdin.isatty():
+                raise WorkspaceError("not removing without --yes (no terminal to ask on)")
+            question = (f"Remove the shared data file {directory}/data.bin "
+                        f"({format_size(manifest.data_size)}, created by host {manifest.host})?")
+            if not click.confirm(question, default=False):
+                click.echo(f"{target.name}: kept {directory}")
+                return True
+        report = cleanup_shared(target, host)
+    except (WorkspaceError, ManifestError, OSError) as exc:
+        _fail("cleanup", target.name, exc)
+        return False
+    click.echo(f"{target.name}: removed {report.removed_files} files and "
+               f"{report.removed_dirs} directories of {report.directory}")
+    if report.strays:
+        click.echo(f"{target.name}: left in place (not created by slowdown): "
+                   f"{', '.join(report.strays[:10])}; the MANIFEST stays until they are gone",
+                   err=True)
+        return False
+    return True

@@ -23,3 +23,7 @@ class NoSpaceError(WorkspaceError):
 class ForeignWorkspaceError(WorkspaceError):
     """A `.slowdown/<host>` directory that is not ours (no MANIFEST, not an md-workbench
     pool)."""
+
+
+class WorkspaceInUseError(WorkspaceError):
+    """A service (or its worker, stuck) probes the workspace: cleanup leaves it alone."""
