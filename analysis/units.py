@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import re
+import time
 from datetime import datetime, timezone
 from decimal import Decimal
 
@@ -25,9 +26,23 @@ _DURATION_UNITS: dict[str, Decimal] = {
     "s": Decimal(1),
     "ms": Decimal("0.001"),
 }
+# The usual spellings of each unit (as systemd, GNU date and people write them); ``m`` is
+# minutes, never months.
+_DURATION_SPELLINGS: dict[str, tuple[str, ...]] = {
+    "w": ("w", "wk", "wks", "week", "weeks"),
+    "d": ("d", "day", "days"),
+    "h": ("h", "hr", "hrs", "hour", "hours"),
+    "m": ("m", "min", "mins", "minute", "minutes"),
+    "s": ("s", "sec", "secs", "second", "seconds"),
+    "ms": ("ms", "msec", "msecs", "millisecond", "milliseconds"),
+}
+_DURATION_UNIT_OF = {spelling: unit for unit, spellings in _DURATION_SPELLINGS.items()
+                     for spelling in spellings}
 _NUMBER = r"(?:\d+(?:\.\d*)?|\.\d+)"
 _BARE_NUMBER = re.compile(_NUMBER)
-_DURATION_PART = re.compile(rf"\s*({_NUMBER})\s*(ms|s|m|h|d|w)")
+_DURATION_PART = re.compile(
+    rf"\s*({_NUMBER})\s*({'|'.join(sorted(_DURATION_UNIT_OF, key=lambda u: (-len(u), u)))})"
+    r"(?![A-Za-z])")
 
 _BINARY_UNITS = ("KiB", "MiB", "GiB", "TiB", "PiB", "EiB")
 _SIZE_UNITS: dict[str, int] = {"b": 1}
@@ -44,9 +59,12 @@ def _duration_error(text: object, what: str = "") -> ValueError:
 def parse_duration(text: str | int | float) -> float:
     """Seconds from ``"500ms"``, ``"10m"``, ``"1h30m"``, ``"2w"`` or a bare number of seconds.
 
-    Units are ``ms``, ``s``, ``m`` (minutes), ``h``, ``d`` and ``w``; a compound form names
-    each unit at most once, largest first. Negative, empty and unknown forms raise
-    :class:`ValueError` saying what was expected.
+    Units are ``ms``, ``s``, ``m`` (minutes), ``h``, ``d`` and ``w``, each also in its usual
+    spellings (``msec``; ``sec``, ``seconds``; ``min``, ``mins``, ``minutes``; ``hr``,
+    ``hours``; ``day``, ``days``; ``wk``, ``weeks``), in lower case; spaces may stand between
+    the parts (``"1h 30m"``, ``"1 hour 30 minutes"``). A compound form names each unit at most
+    once, largest first. Negative, empty and unknown forms raise :class:`ValueError` saying
+    what was expected.
     """
     if isinstance(text, bool) or not isinstance(text, (str, int, float)):
         raise _duration_error(text)
@@ -68,10 +86,11 @@ def parse_duration(text: str | int | float) -> float:
         match = _DURATION_PART.match(stripped, position)
         if match is None:
             raise _duration_error(text)
-        rank = ranks.index(match.group(2))
+        unit = _DURATION_UNIT_OF[match.group(2)]
+        rank = ranks.index(unit)
         if rank <= previous_rank:
             raise _duration_error(text, " (units largest first, each once)")
-        total += Decimal(match.group(1)) * _DURATION_UNITS[match.group(2)]
+        total += Decimal(match.group(1)) * _DURATION_UNITS[unit]
         position, previous_rank = match.end(), rank
     if previous_rank < 0:
         raise _duration_error(text)
@@ -206,6 +225,27 @@ def _moment(seconds: float, text: str) -> float:
     if not 0 <= seconds < 253402300800:  # also no nan, no inf
         raise ValueError(f"{text!r} is not a time between 1970 and the year 9999")
     return seconds
+
+
+def format_clock(moment: float, now: float | None = None) -> str:
+    """A moment in local time with its zone: ``"16:42:07 UTC"``, or with its date,
+    ``"2026-11-20 16:42:07 CET"``, when it falls on another day than ``now``."""
+    local = time.localtime(moment)
+    if now is not None and time.localtime(now)[:3] != local[:3]:
+        return time.strftime("%Y-%m-%d %H:%M:%S %Z", local)
+    return time.strftime("%H:%M:%S %Z", local)
+
+
+def format_age(seconds: float) -> str:
+    """How long ago, to the unit that matters: ``"42s"``, ``"7m"``, ``"3h20m"``, ``"2d5h"``."""
+    whole = max(0, int(seconds))
+    if whole < 60:
+        return f"{whole}s"
+    if whole < 3600:
+        return f"{whole // 60}m"
+    if whole < 86400:
+        return format_duration(whole // 60 * 60)
+    return format_duration(whole // 3600 * 3600)
 
 
 def format_latency(seconds: float | None) -> str:

@@ -44,7 +44,7 @@ def test_uptime_line_per_target(calm_then_slow):
     code, out = run("--db", str(calm_then_slow), "--at", AT)
     assert code == 0
     lines = out.strip().splitlines()
-    assert [line.split()[1] for line in lines] == ["home", "work"]
+    assert [line.split()[2] for line in lines] == ["home", "work"]  # after the time and zone
     assert "worst md-stat" in lines[1] and "provisional baseline" in lines[1]
     code, out = run("--db", str(calm_then_slow), "--at", AT, "--json", "--stat", "median")
     doc = json.loads(out)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -30,6 +32,26 @@ from slowdown.analysis.units import format_duration, format_size, parse_duration
         ("0", 0.0),
         (30, 30.0),
         (2.5, 2.5),
+        # the usual spellings
+        ("10min", 600.0),
+        ("10mins", 600.0),
+        ("10 minutes", 600.0),
+        ("2h30m", 9000.0),
+        ("2h30min", 9000.0),
+        ("1h 30m", 5400.0),
+        ("1 hour 30 minutes", 5400.0),
+        ("90sec", 90.0),
+        ("90 secs", 90.0),
+        ("1.5h", 5400.0),
+        ("2hrs", 7200.0),
+        ("2days", 172_800.0),
+        ("1 day 12 hours", 129_600.0),
+        ("1w", 604_800.0),
+        ("2 weeks", 1_209_600.0),
+        ("1wk", 604_800.0),
+        ("250msec", 0.25),
+        ("1 second", 1.0),
+        ("1m30s", 90.0),
     ],
 )
 def test_parse_duration(text, seconds):
@@ -38,7 +60,8 @@ def test_parse_duration(text, seconds):
 
 
 @pytest.mark.parametrize(
-    "text", ["10x", "", "  ", "-1s", "-5", "s", "1m1h", "1m1m", "1 h x", "inf", "nan", "1e3s"]
+    "text", ["10x", "", "  ", "-1s", "-5", "s", "1m1h", "1m1m", "1 h x", "inf", "nan", "1e3s",
+             "1M", "10mn", "1minx", "1hour5", "1h 30", "10 min min", "1min30mins", "1 hours,"]
 )
 def test_parse_duration_rejects(text):
     with pytest.raises(ValueError, match=r"expected a duration like 1s, 10m, 1h, 30d.*got"):
@@ -104,6 +127,32 @@ def test_whole_seconds_round_trip(seconds):
 @given(st.floats(0, 1e12, allow_nan=False, allow_infinity=False))
 def test_any_duration_round_trips(seconds):
     assert parse_duration(format_duration(seconds)) == seconds
+
+
+_SPELLINGS = {"w": ["w", "wk", "wks", "week", "weeks"], "d": ["d", "day", "days"],
+              "h": ["h", "hr", "hrs", "hour", "hours"],
+              "m": ["m", "min", "mins", "minute", "minutes"],
+              "s": ["s", "sec", "secs", "second", "seconds"],
+              "ms": ["ms", "msec", "msecs", "millisecond", "milliseconds"]}
+
+
+@given(st.floats(0, 1e9, allow_nan=False, allow_infinity=False), st.data())
+def test_a_formatted_duration_in_any_spelling_parses_back(seconds, data):
+    """format_duration's parts, each unit spelled any usual way, spaced or not."""
+    parts = re.findall(r"([\d.]+)(ms|w|d|h|m|s)", format_duration(seconds))
+    spelled = "".join(
+        number + data.draw(st.sampled_from(["", " "])) + data.draw(st.sampled_from(_SPELLINGS[u]))
+        + data.draw(st.sampled_from(["", " "])) for number, u in parts)
+    assert parse_duration(spelled) == seconds
+
+
+@given(st.lists(st.integers(0, 1000), min_size=6, max_size=6), st.data())
+def test_a_compound_in_any_spelling_is_the_sum_of_its_parts(counts, data):
+    units = ["w", "d", "h", "m", "s", "ms"]
+    chosen = [(c, u) for c, u in zip(counts, units) if data.draw(st.booleans())] or [(1, "s")]
+    text = " ".join(f"{c}{data.draw(st.sampled_from(_SPELLINGS[u]))}" for c, u in chosen)
+    expected = sum(c * _UNITS[u] for c, u in chosen)
+    assert parse_duration(text) == pytest.approx(expected, rel=1e-12, abs=1e-12)
 
 
 @pytest.mark.parametrize(

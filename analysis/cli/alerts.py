@@ -19,7 +19,7 @@ from slowdown.analysis.alerts.notification import show_value
 from slowdown.analysis.alerts.rules import subjects
 from slowdown.analysis.alerts.state import load_states
 from slowdown.analysis.cli.output import dump_json, table
-from slowdown.analysis.cli.scope import LIVE_FRESH, parse_duration_option, read_live
+from slowdown.analysis.cli.scope import fresh, parse_duration_option, read_live
 from slowdown.analysis.config import AlertRule, Config
 from slowdown.analysis.store import Store, StoreError, expand_paths
 from slowdown.analysis.units import format_duration
@@ -113,7 +113,7 @@ def _test(config: Config, path: Path, name: str, value: float | None, as_json: b
 def live_stuck(path: Path, now: float) -> dict[tuple[str, str], float]:
     """Ages of ops in flight right now, from a running service's live state."""
     state = read_live(path)
-    if not state or now - state.get("updated", 0) > LIVE_FRESH:
+    if not fresh(state, now):
         return {}
     interval = state.get("interval", 1.0)
     stuck: dict[tuple[str, str], float] = {}

@@ -8,11 +8,11 @@ import sys
 import click
 
 from slowdown.analysis.cli import scope as cli
-from slowdown.analysis.cli.output import fmt_ratio
+from slowdown.analysis.cli.output import collecting_text, fmt_ratio, state_notes
 from slowdown.analysis.cli.scope import read_options
 from slowdown.analysis.stats.slowdown import target_slowdowns
 from slowdown.analysis.store import Selection
-from slowdown.analysis.units import format_duration
+from slowdown.analysis.units import format_age, format_clock, format_duration
 
 OK, WARNING, CRITICAL, UNKNOWN = 0, 1, 2, 3
 STATE_NAMES = ("OK", "WARNING", "CRITICAL", "UNKNOWN")
@@ -27,7 +27,33 @@ def _thresholds(config, statistic: str, window: float) -> tuple[float | None, fl
     return warn, crit
 
 
-@click.command("check")
+EPILOG = """\b
+Exit status (the monitoring-plugin convention):
+  0  OK        every target's slowdown at or below --warning
+  1  WARNING   a slowdown above --warning
+  2  CRITICAL  a slowdown above --critical
+  3  UNKNOWN   no numbers to judge: the service is collecting its first
+               minute ("collecting since ..., first numbers at ..."), the
+               newest record is older than --stale (a stopped service is
+               named: "service stopped; numbers from ..., 7m ago"), no data,
+               no such or a damaged database, a bad option or configuration
+The first line of output is "SLOWDOWN <STATE> - <text> | <perfdata>".
+"""
+
+
+class PluginCommand(click.Command):
+    """Usage errors answer UNKNOWN (3), as monitoring plugins must: click's usual 2 would
+    read as CRITICAL."""
+
+    def make_context(self, info_name, args, parent=None, **extra):
+        try:
+            return super().make_context(info_name, args, parent=parent, **extra)
+        except click.UsageError as exc:
+            click.echo(f"SLOWDOWN UNKNOWN - {exc.format_message()}")
+            raise click.exceptions.Exit(UNKNOWN) from None
+
+
+@click.command("check", cls=PluginCommand, epilog=EPILOG)
 @read_options
 @click.option("--window", default="10m", show_default=True, help="Window of the slowdown.")
 @click.option("--stat", "statistic", default=None, help="Statistic (default: configured first).")
@@ -48,22 +74,32 @@ def check(ctx, dbs, targets, hosts, ops, at, window, statistic, warning, critica
     except click.ClickException as exc:
         click.echo(f"SLOWDOWN UNKNOWN - {exc.format_message()}")
         sys.exit(UNKNOWN)
+    except click.exceptions.Exit:  # the configuration's mistakes, listed on standard error
+        click.echo("SLOWDOWN UNKNOWN - the configuration has errors (listed on standard error)")
+        sys.exit(UNKNOWN)
     warn_cfg, crit_cfg = _thresholds(reader.config, stat, span)
     warn = warning if warning is not None else (warn_cfg if warn_cfg is not None else 3.0)
     crit = critical if critical is not None else (crit_cfg if crit_cfg is not None else 10.0)
     target_ops = reader.target_ops()
+    states = reader.target_states()
+    collecting = {t: ts for t, ts in states.items()
+                  if ts.state == cli.COLLECTING and t not in target_ops}
     if not target_ops:
-        click.echo("SLOWDOWN UNKNOWN - no data for the chosen targets")
+        if collecting:
+            click.echo("SLOWDOWN UNKNOWN - " + "; ".join(
+                f"{t} {collecting_text(ts, reader.now)}" for t, ts in collecting.items()))
+        else:
+            click.echo(f"SLOWDOWN UNKNOWN - {reader.nothing_to_show()}")
         sys.exit(UNKNOWN)
     results = target_slowdowns(reader.stores, reader.book(), list(target_ops), target_ops,
                                [span], stat, reader.now, hosts=reader.hosts,
                                live_stuck=reader.live_stuck())
     newest = max((s.latest_start(Selection(hosts=reader.hosts, targets=reader.targets))
                   or 0) for s in reader.stores)
-    states, parts, perf = [], [], []
+    states_of_numbers = {t: states[t] for t in target_ops if t in states}
+    levels, parts, perf = [], [], []
     if reader.now - (newest + 60) > stale_after:
-        age = format_duration(max(0, round(reader.now - newest - 60)))
-        click.echo(f"SLOWDOWN UNKNOWN - no new records for {age} (is the service running?)")
+        click.echo(f"SLOWDOWN UNKNOWN - {_stale(reader, newest, states_of_numbers)}")
         sys.exit(UNKNOWN)
     for target, (ts,) in results.items():
         value = ts.value
@@ -75,10 +111,31 @@ def check(ctx, dbs, targets, hosts, ops, at, window, statistic, warning, critica
             worst = ts.worst
             parts.append(f"{target} {fmt_ratio(value)} ({worst.op})")
             perf.append(f"'{target}'={value:.3f};{warn:g};{crit:g};0")
-        states.append(state)
+        levels.append(state)
+    for target, ts in collecting.items():
+        levels.append(UNKNOWN)
+        parts.append(f"{target} {collecting_text(ts, reader.now)}")
     # The worst state wins: CRITICAL, then WARNING, then UNKNOWN (a target without data).
-    worst_state = next((s for s in (CRITICAL, WARNING, UNKNOWN) if s in states), OK)
+    worst_state = next((s for s in (CRITICAL, WARNING, UNKNOWN) if s in levels), OK)
     label = f"{stat} over {format_duration(span)}"
+    notes = sorted({note for ts in states_of_numbers.values()
+                    for note in state_notes(ts, reader.now, len(reader.stores) > 1)})
     click.echo(f"SLOWDOWN {STATE_NAMES[worst_state]} - {label}: {', '.join(parts)}"
+               + "".join(f"; {note}" for note in notes)
                + (f" | {' '.join(perf)}" if perf else ""))
     sys.exit(worst_state)
+
+
+def _stale(reader, newest: float, states: dict) -> str:
+    """Why the newest record is old: the service stopped (and when its numbers end), or it
+    runs and writes nothing (its database?), or nothing is known of it."""
+    age = format_duration(max(0, round(reader.now - newest - 60)))
+    stopped = [ts for ts in states.values() if ts.state == cli.STOPPED]
+    if stopped and len(stopped) == len(states):
+        hosts = sorted({h for ts in stopped for h, s in ts.hosts.items() if s == cli.STOPPED})
+        where = f" on {', '.join(hosts)}" if len(reader.stores) > 1 else ""
+        return (f"service stopped{where}; numbers from {format_clock(newest, reader.now)}, "
+                f"{format_age(reader.now - newest)} ago")
+    if states and all(ts.state == cli.RUNNING for ts in states.values()):
+        return f"no new records for {age} (the service runs: can it write its database?)"
+    return f"no new records for {age} (is the service running?)"

@@ -18,9 +18,19 @@ from pathlib import Path
 
 import click
 
-from slowdown.analysis.cli.output import clean, dump_json, fmt_ratio, table
+from slowdown.analysis.cli.output import (
+    clean,
+    collecting_text,
+    dump_json,
+    fmt_ratio,
+    state_notes,
+    table,
+)
 from slowdown.analysis.cli.scope import (
+    COLLECTING,
+    PERCENT_RULE,
     Reader,
+    TargetState,
     load_config_or_exit,
     open_reader,
     parse_fraction_option,
@@ -31,7 +41,7 @@ from slowdown.analysis.cli.scope import (
 from slowdown.analysis.stats.baseline import rebaseline
 from slowdown.analysis.stats.slowdown import TargetSlowdown, accurate_window, target_slowdowns
 from slowdown.analysis.store import Store, StoreError
-from slowdown.analysis.units import format_duration, format_latency
+from slowdown.analysis.units import format_clock, format_duration, format_latency
 
 # No command calls a BLAS routine, yet numpy's bundled OpenBLAS starts a thread per core when
 # it is imported: CPU for nothing, and on a small node in the way of import-fio's parsers.
@@ -52,6 +62,72 @@ SUBCOMMANDS = {
 }
 
 
+# Subcommands that read no configuration, so take no --config of their own.
+WITHOUT_CONFIG = {"import-fio"}
+
+
+def accept_config_after(command: click.Command) -> None:
+    """Give a subcommand a ``--config`` of its own (``slowdown check --config X`` means
+    ``slowdown --config X check``); the same file named on both sides is fine, two files are
+    a usage error."""
+    if any(isinstance(p, click.Option) and "--config" in p.opts for p in command.params):
+        return
+    command.params.append(click.Option(
+        ["--config", "config_after"], type=click.Path(path_type=Path), default=None,
+        expose_value=False, is_eager=True, callback=_config_after, metavar="FILE",
+        help="Configuration file (the same as --config before the command)."))
+
+
+def _config_after(ctx: click.Context, _param: click.Parameter, value: Path | None) -> None:
+    if value is None:
+        return
+    obj = ctx.ensure_object(dict)
+    before = obj.get("config_path")
+    if before is not None and os.path.abspath(before) != os.path.abspath(value):
+        raise click.UsageError(f"--config names two files: {before} before the command and "
+                               f"{value} after it; give one", ctx=ctx)
+    obj["config_path"] = value
+    obj["config"] = functools.lru_cache(maxsize=1)(lambda: load_config_or_exit(value))
+
+
+def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+    """``slowdown, version X``: the form of ``slowdown-probe --version`` (click's)."""
+    if not value or ctx.resilient_parsing:
+        return
+    try:
+        from importlib.metadata import PackageNotFoundError, version
+    except ImportError:  # pragma: no cover
+        found = "unknown"
+    else:
+        try:
+            found = version("slowdown")
+        except PackageNotFoundError:
+            found = "unknown (not installed)"
+    click.echo(f"slowdown, version {found}")
+    ctx.exit()
+
+
+EPILOG = """\b
+Service states (of each database's service, from the live state beside it):
+  running     numbers as they come
+  collecting  the service runs but has written no minute yet: "collecting
+              since ..., first numbers at ..." (the first minute boundary
+              after its first tick)
+  stopped     no fresh live state: the newest numbers, "service stopped;
+              numbers from ..., 7m ago"
+With --at no state is shown: a live state tells only of now.
+
+\b
+Exit status:
+  0  numbers or a service state shown (running, collecting, stopped)
+  1  nothing to show: no such database, no numbers and no service running,
+     a damaged database
+  2  usage error: a bad option or value, a bad configuration file, --config
+     naming two files
+slowdown check: 0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN (see its --help).
+"""
+
+
 class LazyGroup(click.Group):
     """A click group whose subcommands in ``SUBCOMMANDS`` are imported on first use."""
 
@@ -65,7 +141,10 @@ class LazyGroup(click.Group):
             module, attribute = SUBCOMMANDS[name].split(":")
             command = getattr(importlib.import_module(f"{__package__}.{module}"), attribute)
             self.add_command(command, name)
-        return super().get_command(ctx, name)
+        command = super().get_command(ctx, name)
+        if command is not None and name not in WITHOUT_CONFIG:
+            accept_config_after(command)
+        return command
 
     def invoke(self, ctx: click.Context):
         """A database found damaged while reading is one line naming the file, not a traceback
@@ -83,8 +162,10 @@ class LazyGroup(click.Group):
             raise click.ClickException(message) from None
 
 
-@click.group(cls=LazyGroup, invoke_without_command=True,
+@click.group(cls=LazyGroup, invoke_without_command=True, epilog=EPILOG,
              context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--version", is_flag=True, expose_value=False, is_eager=True,
+              callback=_print_version, help="Show the version and exit.")
 @click.option("--config", "config_path", type=click.Path(path_type=Path), default=None,
               help="Configuration file (default: $SLOWDOWN_CONFIG, "
                    "~/.config/slowdown/slowdown.toml, /etc/slowdown/slowdown.toml).")
@@ -97,12 +178,13 @@ class LazyGroup(click.Group):
 @click.option("--json", "as_json", is_flag=True, help="JSON instead of text.")
 @click.option("--accuracy", default=None, metavar="PCT",
               help="Pick per target the shortest window whose confidence interval is within "
-                   "+-PCT, e.g. 10%.")
+                   f"+-PCT: {PERCENT_RULE}.")
 @click.pass_context
 def main(ctx: click.Context, config_path: Path | None, dbs, targets, hosts, ops, at,
          statistic: str | None, verbose: bool, as_json: bool, accuracy: str | None) -> None:
     """How slow is each filesystem now, compared with usual (1 = normal, 10 = ten times slower)."""
     ctx.ensure_object(dict)
+    ctx.obj["config_path"] = config_path
     ctx.obj["config"] = functools.lru_cache(maxsize=1)(lambda: load_config_or_exit(config_path))
     # `slowdown --db X stats` means the same as `slowdown stats --db X`.
     ctx.obj["read"] = {"dbs": dbs, "targets": targets, "hosts": hosts, "ops": ops, "at": at}
@@ -110,42 +192,61 @@ def main(ctx: click.Context, config_path: Path | None, dbs, targets, hosts, ops,
         return
     reader = open_reader(ctx, dbs, targets, hosts, ops, at)
     stat = parse_statistic_option(statistic) if statistic else reader.config.statistics[0]
+    wanted = parse_fraction_option(accuracy, "--accuracy") if accuracy is not None else None
     target_ops = reader.target_ops()
-    if not target_ops:
-        raise click.ClickException("no data for the chosen targets, hosts and ops")
+    states = reader.target_states()
+    collecting = [t for t, ts in states.items() if ts.state == COLLECTING and t not in target_ops]
+    if not target_ops and not collecting:
+        raise click.ClickException(reader.nothing_to_show())
     book = reader.book()
-    if accuracy is not None:
-        wanted = parse_fraction_option(accuracy, "--accuracy")
+    if wanted is not None:
         results = {}
         for target, tops in target_ops.items():
             found = accurate_window(reader.stores, book, target, tops, stat, reader.now, wanted,
                                     hosts=reader.hosts)
             results[target] = [found] if found else []
-        show_uptime(reader, results, stat, verbose, as_json, accuracy=wanted)
+        show_uptime(reader, results, stat, verbose, as_json, accuracy=wanted, states=states)
         return
     results = target_slowdowns(reader.stores, book, list(target_ops), target_ops,
                                reader.config.windows, stat, reader.now, hosts=reader.hosts,
                                live_stuck=reader.live_stuck(), confidence=0.95 if verbose else None)
-    show_uptime(reader, results, stat, verbose, as_json)
+    show_uptime(reader, results, stat, verbose, as_json, states=states)
 
 
 def show_uptime(reader: Reader, results: dict[str, list[TargetSlowdown]], stat: str,
-                verbose: bool, as_json: bool, accuracy: float | None = None) -> None:
-    clock = dt.datetime.fromtimestamp(reader.now).strftime("%H:%M:%S")
+                verbose: bool, as_json: bool, accuracy: float | None = None,
+                states: dict[str, TargetState] | None = None) -> None:
+    """One line per target: its numbers (with what is known of the service behind them), or
+    that its service is collecting the first minute."""
+    states = states or {}
+    names = sorted({*results, *(t for t, ts in states.items() if ts.state == COLLECTING)})
+    cluster = len(reader.stores) > 1
     if as_json:
-        dump_json({
+        doc = {
             "time": reader.now,
             "statistic": stat,
             **({"accuracy": accuracy} if accuracy is not None else {}),
             "targets": [{
                 "target": target,
-                "windows": [_window_json(ts) for ts in windows],
-                **({"found": bool(windows)} if accuracy is not None else {}),
-            } for target, windows in results.items()],
-        })
+                "windows": [_window_json(ts) for ts in results.get(target, [])],
+                **({"found": bool(results.get(target))} if accuracy is not None else {}),
+                **({"service": states[target].json(reader.now)} if target in states else {}),
+            } for target in names],
+        }
+        if reader.at_now:
+            doc["services"] = [s.json(reader.now) for s in reader.services()]
+        dump_json(doc)
         return
-    width = max(len(t) for t in results)
-    for target, windows in results.items():
+    clock = format_clock(reader.now)
+    stuck_targets = {t for t, _ in reader.live_stuck()}
+    width = max(len(t) for t in names)
+    for target in names:
+        windows = results.get(target)
+        state = states.get(target)
+        if windows is None and state is not None:  # collecting: no numbers yet
+            flag = "  (stuck)" if target in stuck_targets else ""
+            click.echo(f"{clock}  {target:<{width}}  {collecting_text(state, reader.now)}{flag}")
+            continue
         if not windows:
             click.echo(f"{clock}  {target:<{width}}  no window reaches +-{accuracy:.0%} "
                        f"(longest tried: 24h)")
@@ -158,6 +259,8 @@ def show_uptime(reader: Reader, results: dict[str, list[TargetSlowdown]], stat: 
             flags.append("provisional baseline")
         if any(o.observed.raised for ts in windows for o in ts.ops):
             flags.append("stuck")
+        if state is not None:
+            flags += state_notes(state, reader.now, cluster)
         note = f"  ({', '.join(flags)})" if flags else ""
         label = f"window {format_duration(windows[0].window)} for +-{accuracy:.0%}  " \
             if accuracy is not None else ""
@@ -177,9 +280,10 @@ def show_uptime(reader: Reader, results: dict[str, list[TargetSlowdown]], stat: 
                                  ("provisional" if exp and exp.provisional else
                                   ("baseline" if exp else "-")),
                                  fmt_ratio(o.value)])
-        click.echo()
-        table(rows, ["target", "op", "window", stat, "95% ci", "n", "expected", "from",
-                     "slowdown"], right=(3, 5, 6, 8))
+        if rows:
+            click.echo()
+            table(rows, ["target", "op", "window", stat, "95% ci", "n", "expected", "from",
+                         "slowdown"], right=(3, 5, 6, 8))
 
 
 def _window_json(ts: TargetSlowdown) -> dict:

@@ -64,3 +64,51 @@ def clean(value: float | None) -> float | None:
     if value is None or (isinstance(value, float) and (math.isnan(value) or math.isinf(value))):
         return None
     return value
+
+
+# -- the service's state, in words --------------------------------------------------------------
+
+FIRST_NUMBERS_GRACE = 10.0  # seconds past the first flush before the first numbers are late
+
+
+def collecting_text(state: Any, now: float) -> str:
+    """``collecting since 16:41:55 UTC, first numbers at 16:43:00 UTC`` for a target (a
+    ``scope.TargetState``) whose service runs but has written no minute of it yet."""
+    from slowdown.analysis.units import format_clock
+
+    text = "collecting" + (f" since {format_clock(state.since, now)}" if state.since else "")
+    due = state.first_numbers_at
+    if due is not None:
+        late = now > due + FIRST_NUMBERS_GRACE
+        text += f", first numbers {'were due' if late else 'at'} {format_clock(due, now)}"
+    return text
+
+
+def state_notes(state: Any, now: float, cluster: bool) -> list[str]:
+    """What to add to a line of numbers about the services behind them: ``service stopped;
+    numbers from 10:42:00 UTC, 7m ago``; on a cluster, the hosts it concerns. (The states
+    are ``scope``'s: running, collecting, stopped.)"""
+    from slowdown.analysis.units import format_age, format_clock
+
+    def on(hosts: list[str]) -> str:
+        return f" on {', '.join(hosts)}" if cluster else ""
+
+    notes = []
+    stopped = [h for h, s in state.hosts.items() if s == "stopped"]
+    if stopped:
+        words = []
+        quiet = [h for h in stopped if h not in state.not_probed]
+        if quiet:
+            words.append("service stopped" + on(quiet))
+        dropped = [h for h in stopped if h in state.not_probed]
+        if dropped:
+            words.append("no longer probed" + on(dropped))
+        text = "; ".join(words)
+        if state.state == "stopped" and state.newest_record is not None:
+            text += (f"; numbers from {format_clock(state.newest_record, now)}, "
+                     f"{format_age(now - state.newest_record)} ago")
+        notes.append(text)
+    collecting = [h for h, s in state.hosts.items() if s == "collecting"]
+    if collecting and state.state != "collecting":
+        notes.append(f"collecting on {', '.join(collecting)}")
+    return notes

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sqlite3
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -14,12 +15,18 @@ import click
 from slowdown.analysis.config import Config, ConfigError, load
 from slowdown.analysis.stats.baseline import BaselineBook
 from slowdown.analysis.stats.window import quantile_of
-from slowdown.analysis.store import Store, StoreError, expand_paths
-from slowdown.analysis.units import parse_duration, parse_time
+from slowdown.analysis.store import Selection, Store, StoreError, expand_paths
+from slowdown.analysis.store.records import MINUTE, minute_of
+from slowdown.analysis.units import format_clock, parse_duration, parse_time
 from slowdown.analysis.words import OPS
 
 EXIT_USAGE = 2
 LIVE_FRESH = 5.0  # seconds: a live state older than this belongs to a stopped service
+
+# What the service of a database (and each target in it) is doing, as a reader sees it now.
+RUNNING = "running"  # the live state is fresh and minute records exist
+COLLECTING = "collecting"  # the live state is fresh, no minute record yet
+STOPPED = "stopped"  # no fresh live state (or the service no longer probes the target)
 
 
 # -- parsing of option values -----------------------------------------------------------------
@@ -50,14 +57,24 @@ def parse_statistic_option(value: str, flag: str = "--stat") -> str:
     return value
 
 
+PERCENT_RULE = "10, 10% and 0.1 all mean 10 % (a bare number below 1 is a fraction)"
+
+
 def parse_fraction_option(value: str, flag: str) -> float:
+    """A share strictly between 0 and 100 %, as a fraction: ``10%`` and ``10`` are percent,
+    a bare number below 1 (``0.1``) is a fraction (the form accepted before ``10`` was)."""
     text = value.strip()
     try:
-        number = float(text[:-1]) / 100 if text.endswith("%") else float(text)
+        if text.endswith("%"):
+            number = float(text[:-1]) / 100
+        else:
+            number = float(text)
+            if number >= 1:
+                number /= 100
     except ValueError:
-        raise click.BadParameter(f"expected a fraction like 10% or 0.1; got {value!r}",
+        raise click.BadParameter(f"expected a percentage like 10, 10% or 0.1; got {value!r}",
                                  param_hint=flag) from None
-    if not 0 < number < 1:
+    if not 0 < number < 1:  # also no nan, no inf
         raise click.BadParameter(f"must be between 0 and 100%; got {value!r}", param_hint=flag)
     return number
 
@@ -76,6 +93,11 @@ class Reader:
     now: float
     at_now: bool
     series: list[tuple[str, str, str]] = field(default_factory=list)
+    # Per store, in the order of ``stores``: its series, and its live state (None when absent,
+    # unreadable, or when looking at a past moment; read when first needed).
+    store_series: list[list[tuple[str, str, str]]] = field(default_factory=list)
+    lives: list[dict | None] = field(default_factory=list)
+    _services: list[ServiceState] | None = field(default=None, repr=False)
 
     def target_ops(self) -> dict[str, list[str]]:
         """Targets (and their ops) present in the data or probed right now, as filtered."""
@@ -102,9 +124,8 @@ class Reader:
         if not self.at_now:
             return []
         flights = []
-        for store in self.stores:
-            state = read_live(store.path)
-            if not state or self.now - state.get("updated", 0) > LIVE_FRESH:
+        for state in self._lives():
+            if not fresh(state, self.now):
                 continue
             interval = state.get("interval", 1.0)
             for target, info in state.get("targets", {}).items():
@@ -122,6 +143,195 @@ class Reader:
                 continue
             stuck[(target, op)] = max(stuck.get((target, op), 0.0), age)
         return stuck
+
+    def _lives(self) -> list[dict | None]:
+        if len(self.lives) != len(self.stores):
+            self.lives = [read_live(s.path) if self.at_now else None for s in self.stores]
+        return self.lives
+
+    def _wanted(self, host: str | None = None, target: str | None = None,
+                op: str | None = None) -> bool:
+        for name, patterns in ((host, self.hosts), (target, self.targets), (op, self.ops)):
+            if name is not None and patterns and not any(fnmatchcase(name, p)
+                                                          for p in patterns):
+                return False
+        return True
+
+    def services(self) -> list[ServiceState]:
+        """The service state of each database, as filtered (none when looking at a past
+        moment: a live state tells only of now)."""
+        if self._services is not None:
+            return self._services
+        self._services = []
+        if not self.at_now:
+            return self._services
+        if len(self.store_series) != len(self.stores):
+            self.store_series = [store.series() for store in self.stores]
+        for store, series, live in zip(self.stores, self.store_series, self._lives()):
+            names = {h for h, _, _ in series} | ({live["host"]} if live and "host" in live
+                                                 else set())
+            if names and not any(self._wanted(host=h) for h in names):
+                continue  # another host's file, filtered out
+            host = live.get("host") if live else (series[0][0] if series else None)
+            running = fresh(live, self.now)
+            recorded = sorted({t for h, t, o in series if self._wanted(h, t, o)})
+            probed = [t for t in (live or {}).get("targets", {}) if self._wanted(target=t)]
+            targets = {t: (RUNNING if t in recorded else COLLECTING)
+                       for t in (probed if running else ())}
+            for t in recorded:
+                targets.setdefault(t, STOPPED)
+            newest = {t: _newest(store, t) for t in recorded}
+            state = (STOPPED if not running else
+                     RUNNING if RUNNING in targets.values() else COLLECTING)
+            self._services.append(ServiceState(
+                database=store.path, host=host, state=state,
+                since=(live.get("started") if running else
+                       live.get("updated") if live else None),
+                last_seen=live.get("updated") if live else None,
+                first_numbers_at=(first_numbers_at(live) if running
+                                  and COLLECTING in targets.values() else None),
+                newest_record=max((v for v in newest.values() if v is not None), default=None),
+                targets=dict(sorted(targets.items())), newest=newest, live=live))
+        return self._services
+
+    def target_states(self) -> dict[str, TargetState]:
+        """Each target's state over the databases: running when a service probes it and has
+        written its numbers, collecting when none has written any yet, else stopped."""
+        found: dict[str, TargetState] = {}
+        for service in self.services():
+            for target, state in service.targets.items():
+                ts = found.setdefault(target, TargetState(target, STOPPED))
+                ts.hosts[service.host or str(service.database)] = state
+                if state == COLLECTING:
+                    ts.first_numbers_at = _earliest(ts.first_numbers_at,
+                                                    service.first_numbers_at)
+                if state != STOPPED:
+                    ts.since = _earliest(ts.since, service.since)
+                elif service.state == STOPPED and service.last_seen is not None:
+                    # when the last of its services stopped
+                    ts.stopped_since = max(ts.stopped_since or 0.0, service.last_seen)
+                newest = service.newest.get(target)
+                if newest is not None and (ts.newest_record is None or newest > ts.newest_record):
+                    ts.newest_record = newest
+                if state == STOPPED and service.state != STOPPED:
+                    ts.not_probed.append(service.host or str(service.database))
+        for ts in found.values():
+            states = set(ts.hosts.values())
+            ts.state = (RUNNING if RUNNING in states else
+                        STOPPED if STOPPED in states else COLLECTING)
+            if ts.state != COLLECTING:
+                ts.first_numbers_at = None
+            if ts.state == STOPPED:
+                ts.since = ts.stopped_since
+        return dict(sorted(found.items()))
+
+    def nothing_to_show(self) -> str:
+        """Why there are neither numbers nor a service to show (for the one-line error)."""
+        what = "no data for the chosen targets, hosts and ops"
+        if not self.at_now:
+            return what
+        names = ", ".join(str(s.path) for s in self.stores)
+        if not any(fresh(live, self.now) for live in self._lives()):
+            seen = [live for live in self._lives() if live]
+            if seen:
+                last = max(live.get("updated", 0) for live in seen)
+                return (f"{what}: no minute record in {names}, and its service stopped at "
+                        f"{format_clock(last, self.now)} before writing one")
+            return (f"{what}: no minute record in {names}, and no service is running "
+                    f"(no live state beside it)")
+        return what
+
+
+@dataclass
+class ServiceState:
+    """One database's service as a reader sees it now: from its live state and records."""
+
+    database: Path
+    host: str | None
+    state: str  # RUNNING, COLLECTING or STOPPED
+    since: float | None  # the state began: the service started, or (stopped) was last seen
+    last_seen: float | None  # the live state's last update
+    first_numbers_at: float | None  # when collecting: when the first minute is written
+    newest_record: int | None  # start of the newest minute record
+    targets: dict[str, str]  # each target's state on this host
+    newest: dict[str, int | None] = field(default_factory=dict)  # per target
+    live: dict | None = field(default=None, repr=False)  # the live state itself
+
+    def json(self, now: float) -> dict:
+        return {
+            "database": str(self.database),
+            "host": self.host,
+            "state": self.state,
+            "since": self.since,
+            "last_seen": self.last_seen,
+            "first_numbers_at": self.first_numbers_at,
+            "newest_record": self.newest_record,
+            "age": _age(self.newest_record, now),
+            "targets": self.targets,
+        }
+
+
+@dataclass
+class TargetState:
+    """A target's state over every database that knows it."""
+
+    target: str
+    state: str
+    since: float | None = None  # the state began: the earliest start of a service probing
+    #                             it, or (stopped) the last sight of the last one
+    first_numbers_at: float | None = None  # when collecting
+    newest_record: int | None = None  # start of its newest minute record, over the hosts
+    hosts: dict[str, str] = field(default_factory=dict)  # host (or database) -> state there
+    not_probed: list[str] = field(default_factory=list)  # hosts running without it
+    stopped_since: float | None = None  # the last update of a stopped service's live state
+
+    def json(self, now: float) -> dict:
+        return {
+            "state": self.state,
+            "since": self.since,
+            "first_numbers_at": self.first_numbers_at,
+            "newest_record": self.newest_record,
+            "age": _age(self.newest_record, now),
+            "hosts": self.hosts,
+        }
+
+
+def fresh(live: dict | None, now: float) -> bool:
+    """Whether a live state belongs to a service running now (its last one, written as it
+    stopped, says so)."""
+    return bool(live) and "stopped" not in live and now - live.get("updated", 0) <= LIVE_FRESH
+
+
+def first_numbers_at(live: dict) -> float:
+    """When a new service's first minute records are written: the service flushes every
+    ended minute at the start of the next (probe/service.py, ``second=0``), so the first
+    records come at the first minute boundary after the first tick."""
+    started = float(live.get("started") or live.get("updated") or 0)
+    interval = float(live.get("interval") or 1.0)
+    estimates = [info["last_tick"] - (info["ticks"] - 1) * interval
+                 for info in live.get("targets", {}).values()
+                 if info.get("last_tick") is not None and info.get("ticks")]
+    # The first tick comes on the interval's grid, at a per-host phase: within two intervals
+    # of the start.
+    first_tick = min(estimates, default=started + interval)
+    first_tick = min(max(first_tick, started), started + 2 * interval)
+    return float(minute_of(first_tick) + MINUTE)
+
+
+def _newest(store: Store, target: str) -> int | None:
+    """Start of the target's newest minute record (a damaged file: an error naming it)."""
+    try:
+        return store.latest_start(Selection(targets=(target,)))
+    except sqlite3.DatabaseError as exc:
+        raise StoreError(f"{store.path}: {exc}") from None
+
+
+def _earliest(a: float | None, b: float | None) -> float | None:
+    return b if a is None else a if b is None else min(a, b)
+
+
+def _age(newest: float | None, now: float) -> float | None:
+    return None if newest is None else round(max(0.0, now - newest), 3)
 
 
 def read_live(database: Path, tries: int = 5) -> dict | None:
@@ -175,9 +385,10 @@ def open_reader(ctx: click.Context, dbs: Sequence[str], targets: Sequence[str],
         stores = [Store(p, readonly=True) for p in expand_paths(patterns)]
     except StoreError as exc:
         raise click.ClickException(str(exc)) from None
-    series = sorted({s for store in stores for s in store.series()})
+    store_series = [store.series() for store in stores]
+    series = sorted({s for each in store_series for s in each})
     return Reader(config, stores, tuple(targets), tuple(hosts), tuple(ops), moment, at is None,
-                  series)
+                  series, store_series)
 
 
 def load_config_or_exit(path: Path | None) -> Config:

@@ -2,20 +2,32 @@
 
 from __future__ import annotations
 
-import datetime as dt
 import sys
 import time
 
 import click
 
 from slowdown.analysis.cli import scope as cli
-from slowdown.analysis.cli.output import fmt_ratio
+from slowdown.analysis.cli.output import collecting_text, fmt_ratio, state_notes
 from slowdown.analysis.cli.scope import read_options
 from slowdown.analysis.stats.slowdown import target_slowdowns
-from slowdown.analysis.units import format_duration, format_latency
+from slowdown.analysis.units import format_clock, format_duration, format_latency
+
+EPILOG = """\b
+Each target shows its numbers, or "collecting since ..., first numbers at ..."
+while its service has written no minute yet (watch keeps refreshing until the
+numbers come); a stopped service is named, with the age of its newest numbers.
+
+\b
+Exit status:
+  0  stopped after --count refreshes, or by Ctrl-C
+  1  no such database, or a damaged one
+  2  usage error: a bad option or value, a bad configuration file, --config
+     naming two files
+"""
 
 
-@click.command("watch")
+@click.command("watch", epilog=EPILOG)
 @read_options
 @click.option("--stat", "statistic", default=None, help="Statistic (default: configured first).")
 @click.option("--interval", default="1s", show_default=True, help="Refresh period.")
@@ -55,28 +67,41 @@ def _watch_frame(cli, reader, statistic) -> str:
     stat = cli.parse_statistic_option(statistic) if statistic else reader.config.statistics[0]
     target_ops = reader.target_ops()
     stuck = reader.live_stuck()
+    states = reader.target_states()
     results = target_slowdowns(reader.stores, reader.book(), list(target_ops), target_ops,
                                reader.config.windows, stat, reader.now, hosts=reader.hosts,
                                live_stuck=stuck)
-    lines = [f"{dt.datetime.fromtimestamp(reader.now):%H:%M:%S}  slowdown ({stat})"]
-    width = max((len(t) for t in results), default=6)
-    for target, windows in results.items():
-        parts = "  ".join(f"{format_duration(ts.window)} {fmt_ratio(ts.value):>5}"
-                          for ts in windows)
-        lines.append(f"  {target:<{width}}  {parts}")
+    names = sorted({*results, *(t for t, s in states.items() if s.state == cli.COLLECTING)})
+    lines = [f"{format_clock(reader.now)}  slowdown ({stat})"]
+    width = max((len(t) for t in names), default=6)
+    cluster = len(reader.stores) > 1
+    for target in names:
+        state = states.get(target)
+        if target in results:
+            parts = "  ".join(f"{format_duration(ts.window)} {fmt_ratio(ts.value):>5}"
+                              for ts in results[target])
+            notes = state_notes(state, reader.now, cluster) if state is not None else []
+            lines.append(f"  {target:<{width}}  {parts}"
+                         + (f"  ({', '.join(notes)})" if notes else ""))
+        else:
+            lines.append(f"  {target:<{width}}  {collecting_text(state, reader.now)}")
         for (t, op), age in sorted(stuck.items()):
             if t == target:
                 lines.append(f"  {'':<{width}}  STUCK {op} for {format_latency(age)}")
-    for store in reader.stores:
-        state = cli.read_live(store.path)
-        if not state:
+    if not names:
+        lines.append(f"  {reader.nothing_to_show()}")
+    for service in reader.services():
+        said = {cli.RUNNING: "running", cli.COLLECTING: "running, collecting its first minute",
+                cli.STOPPED: "not running"}[service.state]
+        if service.state == cli.STOPPED and service.last_seen is not None:
+            said += f" (last seen {format_clock(service.last_seen, reader.now)})"
+        lines.append(f"  service on {service.host or service.database}: {said}")
+        if not service.live or service.state == cli.STOPPED:
             continue
-        fresh = reader.now - state.get("updated", 0) <= cli.LIVE_FRESH
-        lines.append(f"  service on {state.get('host')}: "
-                     + ("running" if fresh else "not running (live state is stale)"))
-        for target, info in state.get("targets", {}).items():
+        for target, info in service.live.get("targets", {}).items():
             last = info.get("last", {})
             shown = ", ".join(f"{op} {format_latency(v.get('lat'))}" if "lat" in v
                               else f"{op} {v.get('err')}" for op, v in last.items())
             lines.append(f"    {target}: {shown}")
     return "\n".join(lines)
+
