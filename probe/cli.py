@@ -82,7 +82,34 @@ def report_config_errors(error: ConfigError) -> None:
         click.echo(str(single), err=True)
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class ConfigGroup(click.Group):
+    """The group; each command also takes ``--config`` after its name
+    (``slowdown-probe run --config X`` means ``slowdown-probe --config X run``)."""
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        command = super().get_command(ctx, name)
+        if command is not None and not any(
+                isinstance(p, click.Option) and "--config" in p.opts for p in command.params):
+            command.params.append(click.Option(
+                ["--config", "config_after"], type=click.Path(path_type=Path), default=None,
+                expose_value=False, is_eager=True, callback=_config_after, metavar="FILE",
+                help="Configuration file (the same as --config before the command)."))
+        return command
+
+
+def _config_after(ctx: click.Context, _param: click.Parameter, value: Path | None) -> None:
+    """``--config`` after the command: the group's file, or a usage error naming both."""
+    if value is None:
+        return
+    probe = ctx.ensure_object(ProbeContext)
+    before = probe.config_path
+    if before is not None and os.path.abspath(before) != os.path.abspath(value):
+        raise click.UsageError(f"--config names two files: {before} before the command and "
+                               f"{value} after it; give one", ctx=ctx)
+    probe.config_path, probe._config = value, None
+
+
+@click.group(cls=ConfigGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option(
     "--config",
     "config_path",
@@ -100,8 +127,10 @@ def main(ctx: click.Context, config_path: Path | None) -> None:
 
 @main.command("check-config")
 @click.argument("file", required=False, type=click.Path(path_type=Path))
+@click.option("--nodes", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Show each target's footprint (bytes, inodes) for this many nodes.")
 @pass_probe_context
-def check_config(probe: ProbeContext, file: Path | None) -> None:
+def check_config(probe: ProbeContext, file: Path | None, nodes: int) -> None:
     """Validate the configuration and show what it means; exit 2 listing every mistake.
 
     FILE, when given, is checked instead of the file --config or the search would find.
@@ -109,12 +138,16 @@ def check_config(probe: ProbeContext, file: Path | None) -> None:
     if file is not None:
         probe = ProbeContext(config_path=file, environ=probe.environ)
     config = probe.config()
-    for line in describe_config(config, probe.environ):
+    for line in describe_config(config, probe.environ, nodes=nodes):
         click.echo(line)
 
 
-def describe_config(config: Config, environ: Mapping[str, str] = os.environ) -> list[str]:
-    """A short human summary of a valid configuration."""
+def describe_config(config: Config, environ: Mapping[str, str] = os.environ, *,
+                    nodes: int = 1) -> list[str]:
+    """A short human summary of a valid configuration, with the targets' footprint on
+    `nodes` nodes."""
+    from slowdown.probe.footprint import describe_footprint, footprint
+
     if config.source is not None:
         source = str(config.source)
     else:
@@ -124,7 +157,7 @@ def describe_config(config: Config, environ: Mapping[str, str] = os.environ) -> 
     lines = [
         f"configuration  {source}",
         f"host           {config.host}",
-        f"database       {config.database}",
+        f"database       {config.database}{_database_note(config, environ)}",
         f"interval       {format_duration(config.interval)}; windows {windows}; "
         f"statistics {', '.join(config.statistics)}",
         f"retention      {format_duration(config.retention)} of minute records, then hourly; "
@@ -134,23 +167,56 @@ def describe_config(config: Config, environ: Mapping[str, str] = os.environ) -> 
         "metrics        "
         + (f"http://{config.metrics.listen}/metrics" if config.metrics else "off"),
     ]
+    total_bytes = total_inodes = 0
     for target in config.targets:
         data_bytes = target.data_size.resolve()
         data = format_size(data_bytes)
         if target.data_size.ram_factor is not None:
             data = f"{target.data_size} = {data} on this node"
+        if target.data_file == "shared":
+            data = (f"{target.shared_dir}/data.bin, {data}, read by every node (data_file = "
+                    f'"shared")\n  write file   write.bin in the workspace, '
+                    f"{format_size(target.write_size)}")
+        else:
+            data = f'data.bin in the workspace, {data} (data_file = "own")'
         pool = target.pool_files * target.object_size
         lines += [
             f"target {target.name}",
             f"  workspace    {config.workspace(target)}/",
-            f"  data.bin     {data}",
+            f"  data file    {data}",
             f"  md pool      {target.pool_files} files of {target.object_size} B "
             f"in {target.pool_dirs} directories ({format_size(pool)})",
+            *describe_footprint(target, nodes),
         ]
+        cost = footprint(target, nodes)
+        total_bytes += cost.total_bytes
+        total_inodes += cost.total_inodes
+    if len(config.targets) > 1:
+        lines.append(f"footprint      all targets, {nodes:,} node{'s' if nodes > 1 else ''}: "
+                     f"{format_size(total_bytes)} and {total_inodes:,} inodes")
     names = ", ".join(rule.name for rule in config.alerts)
     lines.append(f"alerts         {len(config.alerts)}" + (f" ({names})" if names else ""))
     lines.append("configuration OK")
     return lines
+
+
+def _database_note(config: Config, environ: Mapping[str, str]) -> str:
+    """Why the database is where it is, when it is the default moved off a shared home, and
+    what the service will say of its filesystem."""
+    from slowdown.analysis.config.defaults import default_database_place
+    from slowdown.analysis.store.filesystem import filesystem_of
+
+    notes = []
+    place = default_database_place(environ, config.host)
+    if config.database == place.path and place.moved_from is not None:
+        notes.append(place.note())
+    filesystem = filesystem_of(config.database)
+    if filesystem is not None and filesystem.shared:
+        notes.append(f"on {filesystem.describe()}: "
+                     + ("allowed by allow_network_database = true" if
+                        config.allow_network_database else
+                        "the service refuses it unless allow_network_database = true"))
+    return "".join(f"\n               {note}" for note in notes)
 
 
 @main.command("run")
@@ -185,10 +251,14 @@ def run(probe: ProbeContext, duration: str | None, prepare_first: bool, verbose:
 
         for target in config.targets:
             try:
-                prepare(target, config.host, progress=sys.stderr.isatty())
+                report = prepare(target, config.host, progress=sys.stderr.isatty())
             except (WorkspaceError, OSError) as exc:
                 log.error("target %s: %s", target.name, exc)
                 raise click.exceptions.Exit(1) from None
+            for note in report.notes:
+                log.warning("target %s: %s", target.name, note)
+            if report.shared is not None and report.shared.busy:  # probes start once ready
+                log.warning("target %s: %s", target.name, report.shared.describe())
     sys.exit(run_service(config, duration=seconds))
 
 

@@ -9,6 +9,10 @@ the page the worker shares (``worker_position.py``). A worker stuck longer than
 one is still listened to, so the op it is stuck in is recorded whole, in the minute it
 completes, when the filesystem lets it go.
 At most ``max_abandoned`` stuck workers may pile up per target; past that, ticks are skipped.
+With an ``owner`` (the service), the worker holds the workspace's lock (``workspace_lock.py``);
+a replacement is started as the ``successor`` of the stuck one, which keeps the lock until its
+call returns. What the worker says of the lock is kept in ``lock_state``; ``held`` (another
+service probes the workspace) is handed to ``on_held``.
 """
 
 from __future__ import annotations
@@ -27,8 +31,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from slowdown.analysis.words import OPS
+from slowdown.probe.lockfile import Holder
 from slowdown.probe.recorder import Recorder
 from slowdown.probe.worker_position import Position, Progress
+from slowdown.probe.workspace_lock import holder_text, owner_environ
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +58,8 @@ def _worker_env() -> dict[str, str]:
 class WorkerHandle:
     """One worker process and the thread that reads its answers."""
 
-    def __init__(self, target: str, workspace: Path, on_message: Callable) -> None:
+    def __init__(self, target: str, workspace: Path, on_message: Callable,
+                 env: dict[str, str] | None = None) -> None:
         self.target = target
         self.progress, fd = Progress.create()
         try:
@@ -62,7 +69,7 @@ class WorkerHandle:
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1,
                 close_fds=True, pass_fds=(fd,),
                 start_new_session=True,  # a terminal's Ctrl-C is the service's
-                env=_worker_env(),
+                env={**_worker_env(), **(env or {})},
             )
         finally:
             os.close(fd)
@@ -161,6 +168,12 @@ class TargetRunner:
         self._abandoned: list[WorkerHandle] = []
         self._logged_mode = False
         self._closed = False
+        # The workspace's lock: set by the service before the first worker starts.
+        self.owner: dict | None = None  # host, since, database of the service
+        self.on_held: Callable[[TargetRunner], None] | None = None
+        self.lock_state: str | None = None  # what the worker last said: ok, wait, held, none
+        self.lock_said = threading.Event()
+        self.refusal: str | None = None  # the line that says who else probes the workspace
 
     # -- the service side --------------------------------------------------------------------
 
@@ -185,7 +198,7 @@ class TargetRunner:
                 self._abandoned.append(worker)
                 worker = self._current = None
             if worker is None:
-                worker = self._current = WorkerHandle(self.name, self.workspace, self._message)
+                worker = self._current = self._new_worker()
             self._tick += 1
             worker.in_flight = InFlight(self._tick, now)
             self.status.ticks += 1
@@ -197,6 +210,21 @@ class TargetRunner:
                 self.recorder.skipped(self.name, OPS, wall)
                 return False
             return True
+
+    def start(self) -> None:
+        """Start the worker now rather than at the first tick: it takes the workspace's lock
+        first thing, and the service waits for what it finds."""
+        with self._lock:
+            if self._current is None and not self._closed:
+                self._current = self._new_worker()
+
+    def _new_worker(self) -> WorkerHandle:
+        """A worker; with an owner, told whether a stuck one still holds the lock."""
+        env = None
+        if self.owner is not None:
+            env = owner_environ(self.owner["host"], self.owner["since"],
+                                self.owner["database"], successor=bool(self._abandoned))
+        return WorkerHandle(self.name, self.workspace, self._message, env)
 
     def in_flight(self) -> list[tuple[str, float, int]]:
         """``(op, age seconds, worker pid)`` of every op in flight, current and abandoned."""
@@ -242,6 +270,9 @@ class TargetRunner:
     # -- the worker side (reader threads) ----------------------------------------------------
 
     def _message(self, worker: WorkerHandle, message: dict) -> None:
+        if "lock" in message:
+            self._note_lock(message)
+            return
         wall = self.wall()
         with self._lock:
             flight = worker.in_flight
@@ -280,6 +311,28 @@ class TargetRunner:
             elif "saved" in message and not message["saved"]:
                 log.warning("target %s: cannot save the md position: %s", self.name,
                             message.get("msg"))
+
+    def _note_lock(self, message: dict) -> None:
+        """What a worker found of the workspace's lock (said once per change)."""
+        state, note = message.get("lock"), message.get("msg") or ""
+        holder = Holder.from_dict(message.get("holder"))
+        before, self.lock_state = self.lock_state, state
+        if state == "held":
+            self.refusal = (f"target {self.name}: workspace {self.workspace} is probed by "
+                            f"{holder_text(holder)}: one service per workspace; stop that "
+                            "service, or give this one another host name")
+        elif state == "wait":
+            log.warning("target %s: the workspace's lock is %s", self.name, note)
+        elif state == "ok" and before == "wait":
+            log.info("target %s: the workspace's lock is held again", self.name)
+        elif state == "ok" and holder is not None:
+            log.debug("target %s: the workspace's lock taken over from %s, which has ended",
+                      self.name, holder.describe())
+        elif state == "none" and note.startswith("cannot"):
+            log.warning("target %s: %s", self.name, note)
+        self.lock_said.set()
+        if state == "held" and self.on_held is not None:
+            self.on_held(self)
 
     def _note_mode(self, mode: str | None) -> None:
         if mode and mode != self.status.mode:

@@ -10,6 +10,11 @@ Threads and who may block:
   file beside the database) to a thread of its own to write, unless the last write is still
   going (a hung volume there holds that thread only). The beat is a wake-up the main thread
   has anyway: the live state costs no wake-up of the scheduler's thread.
+
+Before anything is written the service claims what it writes: its database (on a local
+filesystem, one writer: ``database_claim.py``) and, through each target's worker, the
+target's workspace (one service per workspace: ``workspace_lock.py``); refused, it exits 2
+with one line naming why or who.
 """
 
 from __future__ import annotations
@@ -37,8 +42,9 @@ from slowdown.analysis.config import Config
 from slowdown.analysis.stats import baseline
 from slowdown.analysis.store import Store, schema
 from slowdown.analysis.store.records import MINUTE, minute_of
+from slowdown.probe.database_claim import Held, Refused, claim_database, lock_database, release
 from slowdown.probe.node import NodeSampler
-from slowdown.probe.notify import Notifier
+from slowdown.probe.notify import MigrationProgress, Notifier
 from slowdown.probe.recorder import CLOCK_STEP, Recorder
 from slowdown.probe.runner import TargetRunner
 
@@ -46,6 +52,7 @@ log = logging.getLogger(__name__)
 
 EXIT_DEADLINE = 9.0  # seconds after SIGTERM before the process exits whatever is stuck
 EXIT_DATABASE = 2  # the database file is damaged, foreign or newer: not touched, not started
+LOCK_WAIT = 5.0  # seconds the start waits for the workers to lock their workspaces
 
 
 def phase_of(host: str, interval: float) -> float:
@@ -85,6 +92,8 @@ class Service:
         self._live_write: futures.Future | None = None
         self._live_fd: int | None = None  # the live file, open for writing in place
         self._live_size = 0
+        self._db_lock = None  # the writer's lock (database_claim.py), held while running
+        self._refusal: str | None = None  # another service probes one of the workspaces
         self.alerts: ServiceAlerts | None = None  # rules evaluated after each minute flush
         self.metrics = None  # the Prometheus endpoint, only when configured
         if config.metrics is not None:
@@ -121,9 +130,12 @@ class Service:
         if self.metrics is not None:
             self.metrics.tick(now, self.jitter[-1])
 
-    def store(self) -> Store:
+    def store(self, migration_progress: MigrationProgress | None = None) -> Store:
         if self._store is None:
-            self._store = Store(self.config.database, check_same_thread=False)
+            if self._db_lock is None:  # released with a failed connection: lock again first
+                self._db_lock = self._lock_again()
+            self._store = Store(self.config.database, check_same_thread=False,
+                                migration_progress=migration_progress)
         return self._store
 
     def flush(self, everything: bool = False) -> bool:
@@ -145,6 +157,8 @@ class Service:
                         store.close()
                 except Exception as exc:
                     log.debug("closing the failed database connection: %s", exc)
+                release(self._db_lock)  # with the connection: nothing stays open there
+                self._db_lock = None
             elif minute // 3600 != self._last_rollup_hour:
                 self._last_rollup_hour = minute // 3600
                 self._hourly(now)
@@ -188,7 +202,7 @@ class Service:
         at = lambda q: delays[min(len(delays) - 1, int(q * len(delays)))]  # noqa: E731
         return {"ticks": len(delays), "p50": at(0.5), "p99": at(0.99), "max": delays[-1]}
 
-    def publish_live(self, now: float | None = None) -> None:
+    def publish_live(self, now: float | None = None, stopped: bool = False) -> None:
         """The live state, for ``slowdown watch``: rewritten in place, at most a second old.
 
         Written half an interval after each tick, on a thread of its own: a slow volume under
@@ -197,6 +211,7 @@ class Service:
         """
         now = time.time() if now is None else now
         state = {
+            **({"stopped": now} if stopped else {}),  # the last one: readers say so at once
             "host": self.config.host,
             "pid": os.getpid(),
             "started": self.started,
@@ -260,16 +275,73 @@ class Service:
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, stop)
 
+    def _claim(self) -> int | None:
+        """Before anything is written: the database's place and its writer's lock, then each
+        workspace's lock, taken by the target's worker (started now for that; a hung target
+        is not waited for beyond LOCK_WAIT). The exit status when refused, else None."""
+        try:
+            self._db_lock = claim_database(self.config, self.started)
+        except Refused as exc:
+            log.error("%s", exc)
+            return exc.code
+        owner = {"host": self.config.host, "since": self.started,
+                 "database": str(self.config.database)}
+        for runner in self.runners:
+            runner.owner, runner.on_held = owner, self._workspace_held
+            runner.start()
+        deadline = time.monotonic() + LOCK_WAIT
+        for runner in self.runners:
+            if self._refusal is None:
+                runner.lock_said.wait(max(0.0, deadline - time.monotonic()))
+        if self._refusal is None:
+            return None
+        self._unclaim()
+        return EXIT_DATABASE
+
+    def _unclaim(self) -> None:
+        """Not starting after all: end the workers (their workspace locks go with them) and
+        release the database."""
+        for runner in self.runners:
+            runner.close()
+        release(self._db_lock)
+        self._db_lock = None
+
+    def _workspace_held(self, runner: TargetRunner) -> None:
+        """A worker found its workspace probed by another service: stop, exit 2 (said once)."""
+        self._stop_refused(runner.refusal or "")
+
+    def _stop_refused(self, text: str) -> None:
+        if self._refusal is None:
+            self._refusal = text
+            log.error("%s", text)
+        self.stop_event.set()
+
+    def _lock_again(self):
+        """The database's lock, taken again after the volume failed: held by another service
+        meanwhile, this one stops (exit 2); any other failure is the volume's (buffered on)."""
+        try:
+            return lock_database(self.config.database, self.config.host, self.started)
+        except Held as exc:
+            self._stop_refused(str(exc))
+            raise
+
     def run(self) -> int:
         cfg = self.config
-        self.config.database.parent.mkdir(parents=True, exist_ok=True)
+        refused = self._claim()
+        if refused is not None:
+            return refused
         try:  # early, so readers find the file; if it fails, minutes are buffered
-            self.store()
+            # A long migration extends systemd's start timeout as it goes (notify.py).
+            self.store(MigrationProgress(self.notifier))
         except Exception as exc:
             if damaged(exc):  # writing on would overwrite what is there: refuse to start
                 log.error("%s; not starting (move the file away or set another database)", exc)
+                self._unclaim()
                 return EXIT_DATABASE
             log.error("cannot open the database %s: %s", cfg.database, exc)
+            release(self._db_lock)  # taken again when the database opens
+            self._db_lock = None
+        self._tick_mono = time.monotonic()  # a long migration is not a scheduler that stalled
         if cfg.alerts:  # its own connections: never inside the flush's transactions
             self.alerts = ServiceAlerts(cfg, lambda: Store(cfg.database, check_same_thread=False))
         self._install_signals()
@@ -365,10 +437,12 @@ class Service:
             self.alerts.close(2.0)
         self._live_writer.shutdown(wait=False)
         if self._live_write is None or self._live_write.done():
-            self.publish_live(time.time())
+            self.publish_live(time.time(), stopped=True)
             self._close_live()
         if self._store is not None:
             self._store.close()
+        release(self._db_lock)
+        self._db_lock = None
         if self.metrics is not None:
             self.metrics.stop()
         killer.cancel()
@@ -378,6 +452,8 @@ class Service:
                      delays["ticks"], delays["p50"] * 1e3, delays["p99"] * 1e3,
                      delays["max"] * 1e3)
         log.info("stopped; %d records written", self.recorder.written)
+        if self._refusal is not None:
+            return EXIT_DATABASE
         return 0 if ok else 1
 
 

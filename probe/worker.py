@@ -24,6 +24,11 @@ End of stdin ends the worker. SIGUSR1 says the service has abandoned this worker
 stuck and another took over): the op in flight is still reported when it returns, the rest
 of the run is skipped (so two workers never rotate the same md pool at once) and the worker
 exits. This module imports nothing heavy: it starts in a few milliseconds and stays small.
+
+The worker also holds its workspace's lock (``workspace_lock.py``: one service per
+workspace), taken when it starts and before each run until held; it says what it found in a
+line of its own, ``{"lock": "ok" | "wait" | "held" | "none", ...}``, and while another
+service holds the workspace it runs no probe (every op of a run is skipped).
 """
 
 from __future__ import annotations
@@ -40,6 +45,7 @@ from typing import Any, TextIO
 
 from slowdown.analysis.words import DATA_OPS, MD_OPS, OPS
 from slowdown.probe.worker_position import Progress
+from slowdown.probe.workspace_lock import WorkspaceClaim
 
 DATA_READ, DATA_WRITE = DATA_OPS
 
@@ -72,6 +78,7 @@ class Probes:
         self.workspace = workspace
         self.data = None
         self.md = None
+        self.claim = WorkspaceClaim.from_environ(workspace)
 
     def _open(self) -> None:
         from slowdown.probe.data_probe import DataProbe
@@ -83,9 +90,21 @@ class Probes:
         if self.md is None:
             self.md = MdProbe.from_workspace(self.workspace)
         if self.data is None:
-            self.data = DataProbe(self.workspace / "data.bin")
+            self.data = DataProbe.from_workspace(self.workspace)  # own or shared data file
+
+    def claim_workspace(self, emit: Emit) -> bool:
+        """Take the workspace's lock if not held yet; False while another service holds it."""
+        said = self.claim.claim()
+        if said:
+            emit(said)
+        return not self.claim.refused
 
     def tick(self, tick: int, emit: Emit) -> None:
+        if not self.claim_workspace(emit):  # another service probes this workspace
+            for op in OPS:
+                emit({"tick": tick, "op": op, "skip": True})
+            emit({"tick": tick, "end": True, "mode": None})
+            return
         try:
             self._open()
         except Exception as exc:  # workspace missing, EIO on open, ...: every op failed
@@ -152,6 +171,7 @@ class Probes:
         if self.data is not None:
             self.data.close()
         self.data = self.md = None
+        self.claim.release()
 
     def save(self) -> None:
         if self.md is not None:
@@ -199,6 +219,7 @@ def main() -> int:
     emit = Answers(sys.stdout, progress)
 
     signal.signal(signal.SIGUSR1, _on_abandon)
+    probes.claim_workspace(emit)
     for line in sys.stdin:
         if _abandoned:
             break

@@ -146,8 +146,10 @@ def test_full_file_round_trip(tmp_path, environ):
         statistics=("median", "q99.9", "mean"),
         baseline=BaselineConfig(period="month", expected="median", provisional_after=43200.0),
         targets=(
-            Target("home", home / "probe", DataSize(ram_factor=2.5), 2000, 4, 4096),
-            Target("scratch", Path("/scratch/probe"), DataSize(bytes=256 << 30)),
+            Target("home", home / "probe", DataSize(ram_factor=2.5), 2000, 4, 4096,
+                   data_file="shared"),
+            Target("scratch", Path("/scratch/probe"), DataSize(bytes=256 << 30),
+                   data_file="shared"),
         ),
         metrics=MetricsConfig(listen_host="::1", listen_port=9100),
         alerts=(
@@ -218,7 +220,7 @@ def test_defaults_of_a_minimal_file(tmp_path, environ):
     config = load_config(write(tmp_path, MINIMAL), environ)
     assert config.host == socket.gethostname()
     assert config.interval == 1.0
-    assert config.database == tmp_path / "data" / "slowdown" / "slowdown.db"
+    assert config.database == tmp_path / "data" / "slowdown" / f"slowdown-{config.host}.db"
     assert config.windows == (60.0, 600.0, 3600.0)
     assert config.statistics == ("median", "q95")
     assert config.baseline == BaselineConfig("month", "same", 86400.0)
@@ -227,7 +229,8 @@ def test_defaults_of_a_minimal_file(tmp_path, environ):
     assert config.retention == 90 * 86400.0
     assert config.scale == 5
     (target,) = config.targets
-    assert target == Target("home", Path("/srv/home"), DataSize(ram_factor=4.0), 100_000, 10, 3901)
+    assert target == Target("home", Path("/srv/home"), DataSize(bytes=64 << 30), 100_000, 10,
+                            3901, data_file="shared", write_size=256 * MIB)
     assert config.workspace(target) == Path("/srv/home/.slowdown") / config.host
     assert config.target("home") is target
     with pytest.raises(KeyError):
@@ -286,18 +289,20 @@ def test_default_config_uses_xdg_data_home(tmp_path, environ):
     config = default_config(environ)
     base = tmp_path / "xdg" / "slowdown"
     assert config.source is None
-    assert config.database == base / "slowdown.db"
+    assert config.database == base / f"slowdown-{config.host}.db"  # one file per host
     (local,) = config.targets
-    assert local == Target("local", base / "workspace", DataSize(bytes=64 * MIB), 1000, 10, 3901)
+    assert local == Target("local", base / "workspace", DataSize(bytes=64 * MIB), 1000, 10, 3901,
+                           create_parents=True, data_file="own")
     assert config.workspace(local) == base / "workspace" / ".slowdown" / config.host
     assert config.metrics is None and config.alerts == ()
 
 
 def test_default_config_falls_back_to_home(environ):
     base = Path(environ["HOME"]) / ".local" / "share" / "slowdown"
-    assert default_config(environ).database == base / "slowdown.db"
+    name = f"slowdown-{default_config(environ).host}.db"
+    assert default_config(environ).database == base / name
     environ["XDG_DATA_HOME"] = "relative/ignored"
-    assert default_config(environ).database == base / "slowdown.db"
+    assert default_config(environ).database == base / name
 
 
 def test_default_config_under_systemd(environ):

@@ -110,11 +110,14 @@ def fleet(tmp_path_factory):
         done = probe_cli(configs[host], "prepare", "--no-progress")
         assert done.returncode == 0, done.stderr
     prom_port = free_port()
+    # The nodes as docs/DEPLOY.md lists them: a file for Prometheus's file-based discovery.
+    (base / "slowdown-nodes.json").write_text(json.dumps(
+        [{"targets": [f"127.0.0.1:{ports[h]}" for h in HOSTS]}]))
     (base / "prometheus.yml").write_text(json.dumps({  # JSON is YAML
         "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
         "rule_files": [str(RULES)],
-        "scrape_configs": [{"job_name": "slowdown", "static_configs": [
-            {"targets": [f"127.0.0.1:{ports[h]}" for h in HOSTS]}]}],
+        "scrape_configs": [{"job_name": "slowdown", "file_sd_configs": [
+            {"files": [str(base / "slowdown-nodes.json")], "refresh_interval": "5s"}]}],
     }))
     log = (base / "prometheus.log").open("w")
     prometheus = subprocess.Popen(

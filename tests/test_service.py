@@ -55,7 +55,8 @@ def pool_files(target_path) -> int:
 def test_whole_minutes_on_real_directories(tmp_path):
     targets = [TargetSpec("one", tmp_path / "one"), TargetSpec("two", tmp_path / "two")]
     config, database = prepared(tmp_path, targets)
-    data = [t.path / ".slowdown" / "testhost" / "data.bin" for t in targets]
+    data = [t.path / ".slowdown" / name for t in targets  # data_file = "shared", the default
+            for name in ("shared/data.bin", "testhost/write.bin")]
     sizes = [p.stat().st_size for p in data]
     objects = [pool_files(t.path) for t in targets]
     # Run through one whole minute, and stop just after it is flushed: the service's wall

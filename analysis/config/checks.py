@@ -17,12 +17,16 @@ from slowdown.analysis.config.defaults import default_database, unsafe_target_pa
 from slowdown.analysis.config.errors import KeyPath
 from slowdown.analysis.config.locator import _Locator
 from slowdown.analysis.config.model import (
+    DATA_FILES,
     DEFAULT_ABANDON_AFTER,
+    DEFAULT_DATA_FILE,
     DEFAULT_DATA_SIZE,
     DEFAULT_INTERVAL,
     DEFAULT_RETENTION,
     DEFAULT_STATISTICS,
     DEFAULT_WINDOWS,
+    DEFAULT_WRITE_SIZE,
+    MIB,
     BaselineConfig,
     Config,
     MetricsConfig,
@@ -30,6 +34,7 @@ from slowdown.analysis.config.model import (
 )
 from slowdown.analysis.config.reader import _MISSING, _REQUIRED
 from slowdown.analysis.config.values import (
+    _as_bool,
     _as_data_size,
     _as_duration,
     _as_int,
@@ -53,13 +58,15 @@ _TOP_KEYS = (
     "retention",
     "histogram_scale",
     "abandon_after",
+    "allow_network_database",
     "baseline",
     "target",
     "metrics",
     "alert",
 )
 _BASELINE_KEYS = ("period", "expected", "provisional_after")
-_TARGET_KEYS = ("name", "path", "data_size", "pool_files", "pool_dirs", "object_size")
+_TARGET_KEYS = ("name", "path", "data_file", "data_size", "write_size", "pool_files",
+                "pool_dirs", "object_size")
 _METRICS_KEYS = ("listen",)
 
 
@@ -79,12 +86,10 @@ class _Checker(_AlertChecks):
         if interval is not _MISSING and interval > 60:
             self.error(("interval",), f"must be at most 1m; got {format_duration(interval)}")
         database = self.get(
-            data,
-            "database",
-            (),
-            lambda v: self.path_value(v, relative_ok=True),
-            default_database(self.environ),
-        )
+            data, "database", (), lambda v: self.path_value(v, relative_ok=True), None)
+        if database is None:  # looked for only when the file names none (it stats a directory)
+            database = default_database(self.environ, host if isinstance(host, str) else None)
+        allow_network_database = self.get(data, "allow_network_database", (), _as_bool, False)
         windows = self.list_of(data, "windows", _window, DEFAULT_WINDOWS)
         statistics = self.list_of(data, "statistics", _as_statistic, DEFAULT_STATISTICS)
         retention = self.get(data, "retention", (), _as_duration, DEFAULT_RETENTION)
@@ -113,6 +118,7 @@ class _Checker(_AlertChecks):
             retention=retention,
             scale=scale,
             abandon_after=abandon_after,
+            allow_network_database=allow_network_database,
         )
 
     def baseline(self, data: Mapping[str, Any]) -> BaselineConfig:
@@ -167,7 +173,21 @@ class _Checker(_AlertChecks):
                     )
                 else:
                     paths[normal] = index
+            data_file = self.get(table, "data_file", path, _choice(DATA_FILES),
+                                 DEFAULT_DATA_FILE)
+            if data_file == "shared" and self.host == "shared":
+                self.error((*path, "data_file"), "the host name 'shared' is the directory of the "
+                           "shared data file (.slowdown/shared); set host to another name")
             data_size = self.get(table, "data_size", path, _as_data_size, DEFAULT_DATA_SIZE)
+            # A small shared file (a test, a try-out) gets a write file no larger than itself.
+            default_write = DEFAULT_WRITE_SIZE if data_size is _MISSING or not data_size.bytes \
+                else max(MIB, min(DEFAULT_WRITE_SIZE, data_size.bytes))
+            write_size = self.get(table, "write_size", path, _as_size, default_write)
+            if write_size is not _MISSING and write_size < MIB:
+                self.error((*path, "write_size"), f"must be at least 1MiB; got {write_size}")
+            elif data_file == "own" and "write_size" in table:
+                self.error((*path, "write_size"), 'applies to data_file = "shared" only; with '
+                           '"own" the probe writes into its data.bin (data_size)')
             pool_files = self.get(table, "pool_files", path, lambda v: _as_int(v, 1), 100_000)
             pool_dirs = self.get(table, "pool_dirs", path, lambda v: _as_int(v, 1), 10)
             if pool_files is not _MISSING and pool_dirs is not _MISSING and pool_files % pool_dirs:
@@ -181,7 +201,8 @@ class _Checker(_AlertChecks):
                 self.error((*path, "object_size"), "must be at least 1 byte")
             if len(self.errors) == before:
                 targets.append(
-                    Target(name, directory, data_size, pool_files, pool_dirs, object_size)
+                    Target(name, directory, data_size, pool_files, pool_dirs, object_size,
+                           data_file=data_file, write_size=write_size // MIB * MIB)
                 )
         return targets
 

@@ -3,13 +3,15 @@ the built-in configuration, and the directories that may never be a target.
 
 Everything here follows the environment it is given (``$HOME``, ``$XDG_*``,
 ``$STATE_DIRECTORY``) and looks at no target, so it answers at once even while a target's
-filesystem hangs.
+filesystem hangs. The default database looks at one directory: which filesystem the data
+directory is on (``store.filesystem``), to keep the database off a shared home.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 from slowdown.analysis.config.model import (
@@ -24,6 +26,7 @@ from slowdown.analysis.config.model import (
     Target,
 )
 from slowdown.analysis.histogram.mapping import DEFAULT_SCALE
+from slowdown.analysis.store.filesystem import filesystem_of
 
 SYSTEM_CONFIG_PATH = Path("/etc/slowdown/slowdown.toml")
 
@@ -83,8 +86,60 @@ def data_dir(environ: Mapping[str, str] = os.environ) -> Path:
     return _xdg(environ, "XDG_DATA_HOME", ".local/share") / "slowdown"
 
 
-def default_database(environ: Mapping[str, str] = os.environ) -> Path:
-    """The database used when the file names none: ``data_dir()/slowdown.db``."""
+# Where the built-in default goes when the data directory is on a shared filesystem: a local
+# directory that outlives a reboot (not /tmp, which systemd's PrivateTmp= may hide), one per
+# user. The service creates it 0700 and refuses one that is not its user's own.
+LOCAL_DATA_ROOT = Path("/var/tmp")
+
+
+@dataclass(frozen=True)
+class DefaultDatabase:
+    """The default database and, when it was moved off a shared data directory, why."""
+
+    path: Path
+    moved_from: Path | None = None  # the data directory it would have been in
+    filesystem: str | None = None  # what that directory is on, e.g. "nfs4 (a network filesystem)"
+
+    def note(self) -> str | None:
+        """One sentence for the log and check-config when the default was moved."""
+        if self.moved_from is None:
+            return None
+        return (f"the built-in default, not in {self.moved_from}, which is on "
+                f"{self.filesystem}; SQLite's WAL needs a local filesystem")
+
+
+def local_data_dir() -> Path:
+    """``/var/tmp/slowdown-<uid>``: the built-in default's place off a shared home."""
+    return LOCAL_DATA_ROOT / f"slowdown-{os.getuid()}"
+
+
+def default_database_place(environ: Mapping[str, str] = os.environ,
+                           host: str | None = None) -> DefaultDatabase:
+    """The database used when the file names none, one per host so that nodes sharing a home
+    never write one file: ``$STATE_DIRECTORY/slowdown.db`` under systemd (a directory of this
+    machine), else ``data_dir()/slowdown-<host>.db``, or ``/var/tmp/slowdown-<uid>/
+    slowdown-<host>.db`` when the data directory is on a network or cluster filesystem."""
+    state = environ.get("STATE_DIRECTORY", "")
+    if state:
+        return DefaultDatabase(Path(state.split(":")[0]) / "slowdown.db")
+    name = f"slowdown-{host or os.uname().nodename}.db"
+    base = data_dir(environ)
+    filesystem = filesystem_of(base)
+    if filesystem is None or not filesystem.shared:
+        return DefaultDatabase(base / name)
+    return DefaultDatabase(local_data_dir() / name, base, filesystem.describe())
+
+
+def default_database(environ: Mapping[str, str] = os.environ, host: str | None = None) -> Path:
+    """The database used when the file names none (see :func:`default_database_place`)."""
+    return default_database_place(environ, host).path
+
+
+def earlier_default_database(environ: Mapping[str, str] = os.environ) -> Path | None:
+    """Where slowdown before per-host defaults kept its database (``data_dir()/slowdown.db``);
+    None under systemd, where the default did not change."""
+    if environ.get("STATE_DIRECTORY", ""):
+        return None
     return data_dir(environ) / "slowdown.db"
 
 
@@ -100,9 +155,11 @@ def default_config(environ: Mapping[str, str] = os.environ) -> Config:
     """A small local setup that works without any file: one target ``local`` in the data dir.
 
     Its workspace is small (64 MiB data file, 1000 objects) so that trying slowdown out
-    costs nothing; a real deployment writes a file with ``data_size = "4xRAM"``.
+    costs nothing; its data file is the node's own (``data_file = "own"``: one node, nothing to
+    share). A real deployment writes a file, whose targets share one data file per filesystem.
     """
     base = data_dir(environ)
+    host = os.uname().nodename
     local = Target(
         name="local",
         path=base / "workspace",
@@ -111,12 +168,13 @@ def default_config(environ: Mapping[str, str] = os.environ) -> Config:
         pool_dirs=10,
         object_size=3901,
         create_parents=True,
+        data_file="own",
     )
     return Config(
         source=None,
-        host=os.uname().nodename,
+        host=host,
         interval=DEFAULT_INTERVAL,
-        database=base / "slowdown.db",
+        database=default_database(environ, host),
         windows=DEFAULT_WINDOWS,
         statistics=DEFAULT_STATISTICS,
         baseline=BaselineConfig(),

@@ -27,10 +27,10 @@ _RAM_FACTOR = re.compile(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*[xX]\s*RAM\s*", re.IGNOREC
 
 @dataclass(frozen=True)
 class DataSize:
-    """The size of ``data.bin``: a fixed number of bytes or a multiple of the node's RAM.
+    """The size of the data file: a fixed number of bytes or a multiple of the node's RAM.
 
     A multiple of RAM keeps the file larger than the page cache on every node a shared
-    configuration is used on.
+    configuration is used on; only the fadvise fallback (no O_DIRECT) needs that.
     """
 
     bytes: int | None = None
@@ -103,10 +103,24 @@ class Target:
     # account does not have yet: prepare creates its parents. A configured target's parent
     # must exist (a typo must not create a tree on a shared filesystem).
     create_parents: bool = False
+    # Where the data probe reads: "shared", one file per target read by every node
+    # (``<path>/.slowdown/shared/data.bin``, data_size), each node writing its own
+    # ``write.bin`` (write_size) in its workspace; or "own", a data.bin of data_size in each
+    # node's workspace, read and written there (the layout before shared files). A file's
+    # [[target]] defaults to "shared" (checks.py); a Target built in code, and the built-in
+    # default's single-node target, to "own".
+    data_file: str = "own"
+    write_size: int = 256 * MIB
 
     def workspace(self, host: str) -> Path:
-        """``<path>/.slowdown/<host>/``: where prepare creates data.bin, md/ and MANIFEST."""
+        """``<path>/.slowdown/<host>/``: where prepare creates data.bin (or write.bin), md/ and
+        MANIFEST."""
         return self.path / ".slowdown" / host
+
+    @property
+    def shared_dir(self) -> Path:
+        """``<path>/.slowdown/shared/``: the data file every node reads (data_file "shared")."""
+        return self.path / ".slowdown" / "shared"
 
 
 @dataclass(frozen=True)
@@ -183,6 +197,9 @@ class Config:
     retention: float
     scale: int
     abandon_after: float = 30.0  # seconds a worker may be stuck before another takes over
+    # The service refuses a database on a network or cluster filesystem (SQLite's WAL needs a
+    # local one) unless this says that only this node ever writes it.
+    allow_network_database: bool = False
 
     def target(self, name: str) -> Target:
         """The target of that name; KeyError when there is none."""
@@ -202,4 +219,9 @@ DEFAULT_WINDOWS = (60.0, 600.0, 3600.0)
 DEFAULT_STATISTICS = ("median", "q95")
 DEFAULT_RETENTION = 90 * 86400.0
 DEFAULT_ABANDON_AFTER = 30.0
-DEFAULT_DATA_SIZE = DataSize(ram_factor=4.0)
+# The data file is sized to touch many servers and escape their caches, not by a node's RAM
+# (O_DIRECT keeps the client's page cache out of the way); "4xRAM" remains a value to give.
+DEFAULT_DATA_SIZE = DataSize(bytes=64 << 30)
+DEFAULT_WRITE_SIZE = 256 * MIB
+DATA_FILES = ("shared", "own")
+DEFAULT_DATA_FILE = "shared"  # of a [[target]] in a file; a Target built in code is "own"
