@@ -94,6 +94,23 @@ def _unlink_regular(dir_fd: int, name: str) -> str:
     return "removed"
 
 
+def remove_parents(root: Path, root_fd: int, parents: list[str] | tuple[str, ...]) -> int:
+    """Remove, innermost first, the directories a MANIFEST says prepare created above a
+    workspace (``.slowdown``, and ``.``: the target directory itself) if they are empty now;
+    how many went."""
+    removed = 0
+    for parent in reversed(parents):
+        if parent == SLOWDOWN_DIR:
+            removed += _rmdir_at(root_fd, SLOWDOWN_DIR)
+        elif parent == "." and root.parent != root:
+            pfd = _open_dir_path(root.parent)
+            try:
+                removed += _rmdir_at(pfd, root.name)
+            finally:
+                os.close(pfd)
+    return removed
+
+
 def _rmdir_at(dir_fd: int, name: str) -> bool:
     try:
         os.rmdir(name, dir_fd=dir_fd)
@@ -175,15 +192,7 @@ def cleanup(target: Target, host: str) -> CleanupReport:
         os.close(fds.pop())
         if _rmdir_at(sd_fd, host):
             report.removed_dirs += 1
-        for parent in reversed(manifest.parents):
-            if parent == SLOWDOWN_DIR:
-                report.removed_dirs += _rmdir_at(root_fd, SLOWDOWN_DIR)
-            elif parent == "." and root.parent != root:
-                pfd = _open_dir_path(root.parent)
-                try:
-                    report.removed_dirs += _rmdir_at(pfd, root.name)
-                finally:
-                    os.close(pfd)
+        report.removed_dirs += remove_parents(root, root_fd, manifest.parents)
         return report
     finally:
         for fd in fds:

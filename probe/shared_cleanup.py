@@ -21,7 +21,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from slowdown.probe.claim import Holder, try_claim
-from slowdown.probe.cleanup import _open_dir_at, _open_dir_path, _rmdir_at, _unlink_regular
+from slowdown.probe.cleanup import (
+    _open_dir_at,
+    _open_dir_path,
+    _rmdir_at,
+    _unlink_regular,
+    remove_parents,
+)
 from slowdown.probe.manifest import (
     DATA_NAME,
     MANIFEST_NAME,
@@ -131,15 +137,7 @@ def cleanup_shared(target: Target, host: str) -> SharedCleanupReport:
         os.close(fds.pop())
         if not manifest.dir_existed and _rmdir_at(sd_fd, SHARED_DIR):
             report.removed_dirs += 1
-        for parent in reversed(manifest.parents):
-            if parent == SLOWDOWN_DIR:
-                report.removed_dirs += _rmdir_at(root_fd, SLOWDOWN_DIR)
-            elif parent == "." and root.parent != root:
-                pfd = _open_dir_path(root.parent)
-                try:
-                    report.removed_dirs += _rmdir_at(pfd, root.name)
-                finally:
-                    os.close(pfd)
+        report.removed_dirs += remove_parents(root, root_fd, manifest.parents)
         return report
     finally:
         for fd in fds:

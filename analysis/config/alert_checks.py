@@ -20,7 +20,6 @@ from slowdown.analysis.config.values import (
     _as_bool,
     _as_duration,
     _as_int,
-    _as_name,
     _as_number,
     _as_statistic,
     _as_str,
@@ -77,13 +76,7 @@ class _AlertChecks(_Reader):
             path: KeyPath = ("alert", index)
             before = len(self.errors)
             self.unknown_keys(table, _ALERT_KEYS, path)
-            name = self.get(table, "name", path, _as_name, _REQUIRED)
-            if name is not _MISSING:
-                if name in names:
-                    self.error(
-                        (*path, "name"), f"{name!r} is already the name of alert[{names[name]}]"
-                    )
-                names[name] = index
+            name, _ = self.unique_name(table, path, names, "alert")
             targets = self.patterns(table, "target", path, target_names, "[[target]]")
             ops = self.patterns(table, "op", path, OPS, "op")
             kind = self.get(table, "kind", path, _choice(ALERT_KINDS), "slowdown")

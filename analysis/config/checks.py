@@ -147,16 +147,9 @@ class _Checker(_AlertChecks):
             path: KeyPath = ("target", index)
             before = len(self.errors)
             self.unknown_keys(table, _TARGET_KEYS, path)
-            name = self.get(table, "name", path, _as_name, _REQUIRED)
-            if name is not _MISSING:
-                if name in names:
-                    self.error(
-                        (*path, "name"), f"{name!r} is already the name of target[{names[name]}]"
-                    )
-                else:
-                    names[name] = index
-                    # Known even when the entry has other errors: alerts naming it are fine.
-                    self.target_names.append(name)
+            name, new = self.unique_name(table, path, names, "target")
+            if new:  # known even when the entry has other errors: alerts naming it are fine
+                self.target_names.append(name)
             directory = self.get(
                 table, "path", path, lambda v: self.path_value(v, relative_ok=False), _REQUIRED
             )

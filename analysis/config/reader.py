@@ -15,7 +15,14 @@ from typing import Any, Callable
 
 from slowdown.analysis.config.errors import ConfigError, ConfigErrors, KeyPath, format_key
 from slowdown.analysis.config.locator import _Locator
-from slowdown.analysis.config.values import _as_str, _describe, _expand_home, _Invalid, _suggestion
+from slowdown.analysis.config.values import (
+    _as_name,
+    _as_str,
+    _describe,
+    _expand_home,
+    _Invalid,
+    _suggestion,
+)
 
 _MISSING: Any = object()  # what a key reads as after its mistake was recorded
 _REQUIRED: Any = object()  # as a default: the key must be written
@@ -38,6 +45,19 @@ class _Reader:
         self.base_dir = base
 
     # ---- reporting
+
+    def unique_name(self, table: Mapping[str, Any], path: KeyPath, names: dict[str, int],
+                    kind: str) -> tuple[Any, bool]:
+        """An entry's required ``name`` and whether it is new: an entry of ``kind`` named
+        like an earlier one is an error naming the first (``names`` maps names to indices)."""
+        name = self.get(table, "name", path, _as_name, _REQUIRED)
+        if name is _MISSING:
+            return name, False
+        if name in names:
+            self.error((*path, "name"), f"{name!r} is already the name of {kind}[{names[name]}]")
+            return name, False
+        names[name] = path[-1]
+        return name, True
 
     def error(self, path: KeyPath, message: str) -> None:
         line = self.locator.line_of(path) if self.locator is not None else None

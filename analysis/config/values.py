@@ -65,11 +65,17 @@ def _as_str(value: object) -> str:
     return value
 
 
-def _as_name(value: object) -> str:
-    name = _as_str(value)
-    if not _NAME.fullmatch(name):
-        raise _Invalid(f"expected a name of letters, digits, '_', '.', '-'; got {name!r}")
-    return name
+def _matching(pattern: re.Pattern[str], expected: str) -> Callable[[object], str]:
+    """A converter of strings that match ``pattern`` whole, else "expected <expected>"."""
+    def convert(value: object) -> str:
+        text = _as_str(value)
+        if not pattern.fullmatch(text):
+            raise _Invalid(f"expected {expected}; got {text!r}")
+        return text
+    return convert
+
+
+_as_name = _matching(_NAME, "a name of letters, digits, '_', '.', '-'")
 
 
 def _as_bool(value: object) -> bool:
@@ -220,11 +226,7 @@ def _http_url(value: object) -> str:
     return url
 
 
-def _env_name(value: object) -> str:
-    name = _as_str(value)
-    if not _ENV_NAME.fullmatch(name):
-        raise _Invalid(f"expected an environment variable name; got {name!r}")
-    return name
+_env_name = _matching(_ENV_NAME, "an environment variable name")
 
 
 def _address(value: object) -> str:
