@@ -138,13 +138,19 @@ def describe(target: Target, host: str) -> Manifest | None:
     return manifest
 
 
-def cleanup(target: Target, host: str) -> CleanupReport:
-    """Remove what the MANIFEST of the workspace lists, and nothing else."""
-    check_host(host)
+def normal_root(target: Target) -> Path:
+    """The target directory, refused unless absolute and in normal form (no ``..``)."""
     root = Path(target.path)
     text = str(root)
     if not os.path.isabs(text) or os.path.normpath(text) != text or ".." in root.parts:
         raise UnsafePathError(f"target path {text!r} is not absolute and in normal form")
+    return root
+
+
+def cleanup(target: Target, host: str) -> CleanupReport:
+    """Remove what the MANIFEST of the workspace lists, and nothing else."""
+    check_host(host)
+    root = normal_root(target)
     ws = root / SLOWDOWN_DIR / host
     report = CleanupReport(ws)
     fds: list[int] = []

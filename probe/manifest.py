@@ -157,6 +157,17 @@ def write_status(path: Path, step: int, dirs: int, *, fsync: bool = True) -> Non
 # --- the MANIFEST ------------------------------------------------------------------------
 
 
+
+def _json_of(data: bytes, where: str, form: str, what: str) -> dict:
+    """A MANIFEST's JSON object, or ManifestError: not JSON, or not ``what`` (its format)."""
+    try:
+        obj = json.loads(data)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ManifestError(f"{where}: not JSON: {exc}") from exc
+    if not isinstance(obj, dict) or obj.get("format") != form:
+        raise ManifestError(f"{where}: not {what}")
+    return obj
+
 @dataclass
 class PoolEntry:
     """The file pool as the MANIFEST lists it (MD-Workbench layout, rank 0)."""
@@ -259,12 +270,7 @@ class Manifest:
 
     @classmethod
     def loads(cls, data: bytes, where: str) -> Manifest:
-        try:
-            obj = json.loads(data)
-        except (ValueError, UnicodeDecodeError) as exc:
-            raise ManifestError(f"{where}: not JSON: {exc}") from exc
-        if not isinstance(obj, dict) or obj.get("format") != FORMAT:
-            raise ManifestError(f"{where}: not a slowdown workspace MANIFEST")
+        obj = _json_of(data, where, FORMAT, "a slowdown workspace MANIFEST")
         version = obj.get("version")
         if version not in (VERSION, SHARED_VERSION) or isinstance(version, bool):
             raise ManifestError(f"{where}: unsupported MANIFEST version {version!r}")
@@ -383,12 +389,7 @@ class SharedManifest:
 
     @classmethod
     def loads(cls, data: bytes, where: str) -> SharedManifest:
-        try:
-            obj = json.loads(data)
-        except (ValueError, UnicodeDecodeError) as exc:
-            raise ManifestError(f"{where}: not JSON: {exc}") from exc
-        if not isinstance(obj, dict) or obj.get("format") != SHARED_FORMAT:
-            raise ManifestError(f"{where}: not the MANIFEST of a slowdown shared data file")
+        obj = _json_of(data, where, SHARED_FORMAT, "the MANIFEST of a slowdown shared data file")
         if obj.get("version") != SHARED_FORMAT_VERSION:
             raise ManifestError(f"{where}: unsupported MANIFEST version {obj.get('version')!r}")
         data_obj = obj.get("data")

@@ -26,6 +26,7 @@ from slowdown.probe.cleanup import (
     _open_dir_path,
     _rmdir_at,
     _unlink_regular,
+    normal_root,
     remove_parents,
 )
 from slowdown.probe.manifest import (
@@ -82,10 +83,7 @@ def readers(sd_fd: int, sd: Path) -> list[str]:
 def cleanup_shared(target: Target, host: str) -> SharedCleanupReport:
     """Remove the target's shared data file (what its MANIFEST lists), unless it is read."""
     check_host(host)
-    root = Path(target.path)
-    text = str(root)
-    if not os.path.isabs(text) or os.path.normpath(text) != text or ".." in root.parts:
-        raise UnsafePathError(f"target path {text!r} is not absolute and in normal form")
+    root = normal_root(target)
     sd = root / SLOWDOWN_DIR
     shared = sd / SHARED_DIR
     report = SharedCleanupReport(shared)

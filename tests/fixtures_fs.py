@@ -19,7 +19,7 @@ import pytest
 from tests.faultfs import FaultFS
 from tests.faultfs.realfs import TmpfsMount, ext4_image, tmpfs
 
-__all__ = ["ext4_mount", "faultfs", "small_tmpfs"]
+__all__ = ["ext4_mount", "faultfs", "root_only", "small_tmpfs"]
 
 SMALL_TMPFS_BYTES = 8 << 20
 
@@ -57,3 +57,9 @@ def small_tmpfs(tmp_path: Path) -> Iterator[TmpfsMount]:
     require_root("small_tmpfs")
     with tmpfs(tmp_path, SMALL_TMPFS_BYTES) as mount:
         yield mount
+
+
+@pytest.fixture
+def root_only() -> None:
+    if os.geteuid() != 0:
+        pytest.fail("mounts need root; run the suite as root (CI does)", pytrace=False)

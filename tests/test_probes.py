@@ -3,12 +3,10 @@ refuses O_DIRECT), tmpfs (read-only remounts), a directory on disk."""
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import mmap
 import os
 import re
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -25,31 +23,11 @@ from slowdown.probe.manifest import (
 )
 from slowdown.probe.md_probe import MdProbe, PoolLayout
 from slowdown.probe.workspace import Workspace, prepare
-from tests.faultfs.mounts import mount_fstype, run, wait_unmounted
-from tests.faultfs.realfs import ext4_image, tmpfs
+from tests.faultfs.mounts import run
+from tests.faultfs.realfs import ext4_image, ramfs, tmpfs
 
 HOST = "node-a"
 MIB = 1 << 20
-
-
-@pytest.fixture
-def root_only() -> None:
-    if os.geteuid() != 0:
-        pytest.fail("mounts need root; run the suite as root (CI does)", pytrace=False)
-
-
-@contextlib.contextmanager
-def ramfs(directory: Path) -> Iterator[Path]:
-    """ramfs has no direct I/O at all: open(O_DIRECT) fails with EINVAL."""
-    point = directory.resolve() / "ramfs"
-    point.mkdir()
-    run(["mount", "-t", "ramfs", "-o", "mode=0755", "slowdown-test", str(point)])
-    assert mount_fstype(point) == "ramfs"
-    try:
-        yield point
-    finally:
-        run(["umount", str(point)])
-        wait_unmounted(point)
 
 
 def data_file(path: Path, mib: int) -> Path:

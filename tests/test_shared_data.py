@@ -8,7 +8,6 @@ interrupted prepares run in child processes (killed with SIGKILL where a test sa
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import os
@@ -18,7 +17,6 @@ import sys
 import textwrap
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -43,8 +41,7 @@ from slowdown.probe.worker import Probes
 from slowdown.probe.workspace import Workspace, prepare
 from slowdown.probe.workspace_cli import cleanup_command, prepare_command
 from slowdown.probe.workspace_errors import ForeignWorkspaceError, WorkspaceError
-from tests.faultfs.mounts import mount_fstype, run, wait_unmounted
-from tests.faultfs.realfs import ext4_image
+from tests.faultfs.realfs import ext4_image, ramfs
 from tests.servicekit import records, start_service, wait_service
 
 MIB = 1 << 20
@@ -88,26 +85,6 @@ def close(probes: Probes) -> None:
 
 def ok(answers: list[dict]) -> bool:
     return not [a for a in answers if "err" in a or a.get("skip")]
-
-
-@pytest.fixture
-def root_only() -> None:
-    if os.geteuid() != 0:
-        pytest.fail("mounts need root; run the suite as root (CI does)", pytrace=False)
-
-
-@contextlib.contextmanager
-def ramfs(directory: Path) -> Iterator[Path]:
-    """ramfs has no direct I/O at all: open(O_DIRECT) fails with EINVAL."""
-    point = directory.resolve() / "ramfs"
-    point.mkdir()
-    run(["mount", "-t", "ramfs", "-o", "mode=0755", "slowdown-test", str(point)])
-    assert mount_fstype(point) == "ramfs"
-    try:
-        yield point
-    finally:
-        run(["umount", str(point)])
-        wait_unmounted(point)
 
 
 # --- two nodes, one file -----------------------------------------------------------------

@@ -106,3 +106,18 @@ def tmpfs(directory: Path, size_bytes: int, nr_inodes: int | None = None
         yield TmpfsMount(point)
     finally:
         _unmount(point)
+
+
+@contextlib.contextmanager
+def ramfs(directory: Path) -> Iterator[Path]:
+    """ramfs has no direct I/O at all: open(O_DIRECT) fails with EINVAL."""
+    point = directory.resolve() / "ramfs"
+    point.mkdir()
+    run(["mount", "-t", "ramfs", "-o", "mode=0755", "slowdown-test", str(point)])
+    if mount_fstype(point) != "ramfs":
+        raise RuntimeError(f"{point}: ramfs did not mount")
+    try:
+        yield point
+    finally:
+        run(["umount", str(point)])
+        wait_unmounted(point)
