@@ -26,9 +26,9 @@ from slowdown.probe.manifest import (
     MANIFEST_NAME,
     STATE_FILES,
     Manifest,
-    ManifestError,
     PoolEntry,
     read_manifest,
+    read_ours,
 )
 from slowdown.probe.md_probe import object_index
 from slowdown.probe.pathsafety import check_host, lstat_or_none, require_dir, require_ours
@@ -167,10 +167,7 @@ def cleanup(target: Target, host: str) -> CleanupReport:
             report.existed = False
             return report
         require_ours(ws, os.fstat(ws_fd))
-        try:
-            manifest = read_manifest(ws, dir_fd=ws_fd)
-        except ManifestError as exc:
-            raise ForeignWorkspaceError(f"{exc}; not touching {ws}") from exc
+        manifest = read_ours(read_manifest, ws, dir_fd=ws_fd)
         if manifest is None:
             raise ForeignWorkspaceError(f"{ws} has no slowdown MANIFEST; not touching it")
         if manifest.host != host:

@@ -58,7 +58,9 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, TypeVar
+
+from slowdown.probe.workspace_errors import ForeignWorkspaceError
 
 FORMAT = "slowdown-workspace"
 VERSION = 1
@@ -156,6 +158,28 @@ def write_status(path: Path, step: int, dirs: int, *, fsync: bool = True) -> Non
 
 # --- the MANIFEST ------------------------------------------------------------------------
 
+
+
+_Read = TypeVar("_Read")
+
+
+def read_ours(read: Callable[..., _Read], path: Path, **kwargs: Any) -> _Read:
+    """A MANIFEST read with ``read`` (``read_manifest``, ``read_shared_manifest``); one that
+    cannot be read makes the directory foreign: never touched."""
+    try:
+        return read(path, **kwargs)
+    except ManifestError as exc:
+        raise ForeignWorkspaceError(f"{exc}; not touching {path}") from exc
+
+
+def _parents(obj: dict, where: str) -> list[str]:
+    """The directories prepare created above the one of the MANIFEST, relative names only."""
+    parents = obj.get("parents", [])
+    if not isinstance(parents, list) or not all(
+        isinstance(p, str) and _relative_ok(p) for p in parents
+    ):
+        raise ManifestError(f"{where}: 'parents' must be relative directory names")
+    return parents
 
 
 def _json_of(data: bytes, where: str, form: str, what: str) -> dict:
@@ -281,11 +305,7 @@ class Manifest:
             raise ManifestError(f"{where}: 'data' must name {name}")
         if data_file == "shared" and data_obj.get("read") != SHARED_READ:
             raise ManifestError(f"{where}: 'data.read' must be {SHARED_READ}")
-        parents = obj.get("parents", [])
-        if not isinstance(parents, list) or not all(
-            isinstance(p, str) and _relative_ok(p) for p in parents
-        ):
-            raise ManifestError(f"{where}: 'parents' must be relative directory names")
+        parents = _parents(obj, where)
         completed = obj.get("completed")
         return cls(
             host=_str(obj, "host", where),
@@ -395,11 +415,7 @@ class SharedManifest:
         data_obj = obj.get("data")
         if not isinstance(data_obj, dict) or data_obj.get("file") != DATA_NAME:
             raise ManifestError(f"{where}: 'data' must name {DATA_NAME}")
-        parents = obj.get("parents", [])
-        if not isinstance(parents, list) or not all(
-            isinstance(p, str) and _relative_ok(p) for p in parents
-        ):
-            raise ManifestError(f"{where}: 'parents' must be relative directory names")
+        parents = _parents(obj, where)
         completed = obj.get("completed")
         return cls(
             host=_str(obj, "host", where),

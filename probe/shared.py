@@ -32,8 +32,8 @@ from slowdown.probe.manifest import (
     DATA_NAME,
     SHARED_DIR,
     SHARED_STATE_FILES,
-    ManifestError,
     SharedManifest,
+    read_ours,
     read_shared_manifest,
     write_shared_manifest,
 )
@@ -92,10 +92,7 @@ def inspect_shared(shared: Path) -> SharedManifest | None:
         return None
     require_dir(shared, st)
     require_ours(shared, st)
-    try:
-        manifest = read_shared_manifest(shared)
-    except ManifestError as exc:
-        raise ForeignWorkspaceError(f"{exc}; not touching {shared}") from exc
+    manifest = read_ours(read_shared_manifest, shared)
     if manifest is None:
         entries = sorted(set(os.listdir(shared)) - set(SHARED_STATE_FILES))
         if entries:

@@ -36,6 +36,7 @@ from slowdown.probe.manifest import (
     SHARED_STATE_FILES,
     ManifestError,
     read_manifest,
+    read_ours,
     read_shared_manifest,
 )
 from slowdown.probe.pathsafety import check_host, require_ours
@@ -98,10 +99,7 @@ def cleanup_shared(target: Target, host: str) -> SharedCleanupReport:
             return report
         root_fd, sd_fd, shared_fd = fds
         require_ours(shared, os.fstat(shared_fd))
-        try:
-            manifest = read_shared_manifest(shared, dir_fd=shared_fd)
-        except ManifestError as exc:
-            raise ForeignWorkspaceError(f"{exc}; not touching {shared}") from exc
+        manifest = read_ours(read_shared_manifest, shared, dir_fd=shared_fd)
         if manifest is None:
             raise ForeignWorkspaceError(f"{shared} has no slowdown MANIFEST; not touching it")
         got = try_claim(sd / CLAIM_NAME, host)

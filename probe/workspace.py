@@ -53,6 +53,7 @@ from slowdown.probe.manifest import (
     ManifestError,
     PoolEntry,
     read_manifest,
+    read_ours,
     write_manifest,
     write_status,
 )
@@ -210,10 +211,7 @@ def prepare(target: Target, host: str, *, ram_bytes: int | None = None,
     if ws_st is not None:
         require_dir(ws, ws_st)
         require_ours(ws, ws_st)
-        try:
-            manifest = read_manifest(ws)
-        except ManifestError as exc:
-            raise ForeignWorkspaceError(f"{exc}; not touching {ws}") from exc
+        manifest = read_ours(read_manifest, ws)
         if manifest is None:
             entries = set(os.listdir(ws))
             if entries and not entries <= {POOL_NAME, STATUS_NAME}:
