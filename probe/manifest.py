@@ -182,6 +182,22 @@ def _parents(obj: dict, where: str) -> list[str]:
     return parents
 
 
+def _common(obj: dict, data_obj: dict, where: str) -> dict[str, Any]:
+    """The fields every MANIFEST has: who made it, when, how far, and its data file's size."""
+    completed = obj.get("completed")
+    return {
+        "host": _str(obj, "host", where),
+        "target": _str(obj, "target", where),
+        "uid": _int(obj, "uid", where),
+        "created": _num(obj, "created", where),
+        "data_size": _int(data_obj, "size", where),
+        "block_size": _int(data_obj, "block_size", where),
+        "complete": bool(obj.get("complete", False)),
+        "completed": None if completed is None else _num(obj, "completed", where),
+        "parents": _parents(obj, where),
+    }
+
+
 def _json_of(data: bytes, where: str, form: str, what: str) -> dict:
     """A MANIFEST's JSON object, or ManifestError: not JSON, or not ``what`` (its format)."""
     try:
@@ -305,19 +321,9 @@ class Manifest:
             raise ManifestError(f"{where}: 'data' must name {name}")
         if data_file == "shared" and data_obj.get("read") != SHARED_READ:
             raise ManifestError(f"{where}: 'data.read' must be {SHARED_READ}")
-        parents = _parents(obj, where)
-        completed = obj.get("completed")
         return cls(
-            host=_str(obj, "host", where),
-            target=_str(obj, "target", where),
-            uid=_int(obj, "uid", where),
-            created=_num(obj, "created", where),
-            data_size=_int(data_obj, "size", where),
-            block_size=_int(data_obj, "block_size", where),
+            **_common(obj, data_obj, where),
             pool=PoolEntry.from_json(obj.get("pool"), where),
-            complete=bool(obj.get("complete", False)),
-            completed=None if completed is None else _num(obj, "completed", where),
-            parents=list(parents),
             workspace_adopted=bool(obj.get("workspace_adopted", False)),
             data_file=data_file,
         )
@@ -415,18 +421,8 @@ class SharedManifest:
         data_obj = obj.get("data")
         if not isinstance(data_obj, dict) or data_obj.get("file") != DATA_NAME:
             raise ManifestError(f"{where}: 'data' must name {DATA_NAME}")
-        parents = _parents(obj, where)
-        completed = obj.get("completed")
         return cls(
-            host=_str(obj, "host", where),
-            target=_str(obj, "target", where),
-            uid=_int(obj, "uid", where),
-            created=_num(obj, "created", where),
-            data_size=_int(data_obj, "size", where),
-            block_size=_int(data_obj, "block_size", where),
-            complete=bool(obj.get("complete", False)),
-            completed=None if completed is None else _num(obj, "completed", where),
-            parents=list(parents),
+            **_common(obj, data_obj, where),
             dir_existed=bool(obj.get("dir_existed", False)),
         )
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import signal
 import subprocess
 import sys
 import textwrap
@@ -43,6 +42,7 @@ from slowdown.probe.workspace_cli import cleanup_command, prepare_command
 from slowdown.probe.workspace_errors import ForeignWorkspaceError, WorkspaceError
 from tests.faultfs.realfs import ext4_image, ramfs
 from tests.servicekit import records, start_service, wait_service
+from tests.test_workspace import kill_when
 
 MIB = 1 << 20
 HOSTS = ("node-a", "node-b")
@@ -296,24 +296,13 @@ def test_a_node_that_finds_another_writing_prepares_its_own_part_and_can_wait(
         "node-b)" in result.output
 
 
-def kill_when_written(proc: subprocess.Popen, path: Path, size: int) -> None:
-    deadline = time.monotonic() + 20
-    try:
-        while not (path.exists() and path.stat().st_size >= size):
-            assert proc.poll() is None, "prepare finished before it could be interrupted"
-            assert time.monotonic() < deadline, "prepare made no progress"
-            time.sleep(0.001)
-    finally:
-        proc.send_signal(signal.SIGKILL)
-        proc.wait()
-
-
 @pytest.mark.timeout(60)
 def test_a_prepare_killed_while_writing_the_shared_file_is_taken_over(tmp_path: Path) -> None:
     target = shared_target(tmp_path / "target", data_mib=256)
     (tmp_path / "target").mkdir()
     data = shared_dir(target) / "data.bin"
-    kill_when_written(spawn_prepare(target, "node-a"), data, 24 * MIB)
+    kill_when(spawn_prepare(target, "node-a"),
+              lambda: data.exists() and data.stat().st_size >= 24 * MIB)
     claim = tmp_path / "target" / ".slowdown" / "shared.claim"
     manifest = read_shared_manifest(shared_dir(target))
     assert claim.exists() and manifest.host == "node-a" and not manifest.complete
