@@ -20,7 +20,7 @@ import os
 import stat
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from slowdown.probe.manifest import (
     MANIFEST_NAME,
@@ -92,6 +92,17 @@ def _unlink_regular(dir_fd: int, name: str) -> str:
         return "stray"
     os.unlink(name, dir_fd=dir_fd)
     return "removed"
+
+
+def unlink_listed(dir_fd: int, names: tuple[str, ...], report: Any) -> None:
+    """Unlink the regular files ``names`` of a MANIFEST, counted in ``report.removed_files``;
+    one that is not a regular file is left and named in ``report.strays``."""
+    for name in names:
+        outcome = _unlink_regular(dir_fd, name)
+        if outcome == "removed":
+            report.removed_files += 1
+        elif outcome == "stray":
+            report.strays.append(name)
 
 
 def remove_parents(root: Path, root_fd: int, parents: list[str] | tuple[str, ...]) -> int:
@@ -175,12 +186,7 @@ def cleanup(target: Target, host: str) -> CleanupReport:
                                         f"{manifest.host!r}; not touching it")
         lock = hold_for_cleanup(ws_fd, ws, host)  # held until the end; removed as listed
         _cleanup_pool(ws_fd, manifest.pool, report)
-        for name in (manifest.data_name, *STATE_FILES):  # data.bin, or write.bin
-            outcome = _unlink_regular(ws_fd, name)
-            if outcome == "removed":
-                report.removed_files += 1
-            elif outcome == "stray":
-                report.strays.append(name)
+        unlink_listed(ws_fd, (manifest.data_name, *STATE_FILES), report)  # data/write.bin
         with os.scandir(ws_fd) as it:
             remaining = sorted(e.name for e in it if e.name != MANIFEST_NAME)
         for name in remaining:

@@ -25,9 +25,9 @@ from slowdown.probe.cleanup import (
     _open_dir_at,
     _open_dir_path,
     _rmdir_at,
-    _unlink_regular,
     normal_root,
     remove_parents,
+    unlink_listed,
 )
 from slowdown.probe.manifest import (
     DATA_NAME,
@@ -114,12 +114,7 @@ def cleanup_shared(target: Target, host: str) -> SharedCleanupReport:
                     f"{shared / DATA_NAME} is still read by the workspaces of "
                     f"{', '.join(users[:5])}{more}: run cleanup on those nodes first (for a "
                     "node that is gone, with its name as host in a configuration)")
-            for name in (DATA_NAME, *SHARED_STATE_FILES):
-                outcome = _unlink_regular(shared_fd, name)
-                if outcome == "removed":
-                    report.removed_files += 1
-                elif outcome == "stray":
-                    report.strays.append(name)
+            unlink_listed(shared_fd, (DATA_NAME, *SHARED_STATE_FILES), report)
             with os.scandir(shared_fd) as it:
                 report.strays = sorted(set(report.strays) | {
                     e.name for e in it if e.name != MANIFEST_NAME})

@@ -4,21 +4,24 @@ tests/long/test_migration_long.py for 90 days)."""
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import marshal
 import re
-import socket
 import sqlite3
-import tempfile
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench.bench_migrate import build
 from slowdown.analysis.store import schema
-from tests.servicekit import TargetSpec, output, probe_cli, start_service, write_config
+from tests.servicekit import (
+    NotifySocket,
+    TargetSpec,
+    output,
+    probe_cli,
+    start_service,
+    write_config,
+)
 
 UNIT = Path(__file__).resolve().parent.parent / "systemd" / "slowdown-probe.service"
 
@@ -28,38 +31,6 @@ def start_timeout() -> float:
     found = re.search(r"^TimeoutStartSec=(\d+)s$", UNIT.read_text(), re.M)
     assert found, f"no TimeoutStartSec=<n>s in {UNIT}"
     return float(found.group(1))
-
-
-class NotifySocket:
-    """A bound AF_UNIX datagram socket standing in for systemd's: each datagram's lines,
-    stamped with the monotonic clock as it arrives."""
-
-    def __init__(self) -> None:
-        self.directory = Path(tempfile.mkdtemp(prefix="sd-notify-"))  # sun_path: 108 bytes
-        self.path = self.directory / "notify.sock"
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-        self.sock.bind(str(self.path))
-        self.messages: list[tuple[float, list[str]]] = []
-        self._reader = threading.Thread(target=self._receive, daemon=True)
-        self._reader.start()
-
-    def _receive(self) -> None:
-        while True:
-            try:
-                data = self.sock.recv(65536)
-            except OSError:  # closed
-                return
-            if not data:
-                return
-            self.messages.append((time.monotonic(), data.decode().split("\n")))
-
-    def close(self) -> None:
-        with contextlib.suppress(OSError):
-            self.sock.shutdown(socket.SHUT_RDWR)  # wakes the reader
-        self.sock.close()
-        self._reader.join(timeout=5)
-        self.path.unlink(missing_ok=True)
-        self.directory.rmdir()
 
 
 def records_digest(database: Path) -> tuple[int, str]:

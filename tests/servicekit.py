@@ -3,11 +3,14 @@ a probe stuck in a hung filesystem must not be able to wedge the test runner).""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -134,3 +137,49 @@ def ops_by_minute(database: Path, target: str) -> dict[str, dict[int, object]]:
 
 def environ_without_notify() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k not in ("NOTIFY_SOCKET", "WATCHDOG_USEC")}
+
+
+class NotifySocket:
+    """A private $NOTIFY_SOCKET standing in for systemd's: each datagram's lines, stamped with
+    the monotonic clock as they arrive."""
+
+    def __init__(self, directory: Path | None = None) -> None:
+        self.own = directory is None or len(str(directory)) > 80  # sun_path holds 108 bytes
+        if self.own:
+            directory = Path(tempfile.mkdtemp(prefix="sd-notify-"))
+        self.directory = directory
+        self.path = directory / "notify.sock"
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self.sock.bind(str(self.path))
+        self.messages: list[tuple[float, list[str]]] = []
+        self._reader = threading.Thread(target=self._receive, daemon=True)
+        self._reader.start()
+
+    def _receive(self) -> None:
+        while True:
+            try:
+                data = self.sock.recv(65536)
+            except OSError:  # closed
+                return
+            if not data:
+                return
+            self.messages.append((time.monotonic(), data.decode().split("\n")))
+
+    def times(self, field: str, start: float = 0.0, end: float = float("inf")) -> list[float]:
+        """When ``field`` (such as WATCHDOG=1) came, between ``start`` and ``end``."""
+        return [at for at, fields in list(self.messages)
+                if field in fields and start <= at <= end]
+
+    def wait(self, field: str, timeout: float) -> float:
+        """The time ``field`` first came, waiting up to ``timeout``."""
+        found = wait_for(lambda: self.times(field), timeout, step=0.05, what=field)
+        return found[0]
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self.sock.shutdown(socket.SHUT_RDWR)  # wakes the reader
+        self.sock.close()
+        self._reader.join(timeout=5)
+        self.path.unlink(missing_ok=True)
+        if self.own:
+            self.directory.rmdir()

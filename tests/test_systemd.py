@@ -8,7 +8,6 @@ fails), `systemd-sysusers` and `systemd-tmpfiles` work on a scratch root.
 
 from __future__ import annotations
 
-import contextlib
 import inspect
 import os
 import platform
@@ -18,9 +17,7 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import textwrap
-import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -35,6 +32,7 @@ from slowdown.probe.cli import ProbeContext
 from slowdown.probe.dropin import systemd_dropin, unit_path
 from tests.faultfs import FaultFS
 from tests.servicekit import (
+    NotifySocket,
     TargetSpec,
     live,
     output,
@@ -456,45 +454,6 @@ def scrape(port: int) -> str | None:
             return answer.read().decode()
     except OSError:
         return None
-
-
-class NotifySocket:
-    """A private $NOTIFY_SOCKET: what systemd would receive, stamped as it arrives."""
-
-    def __init__(self, directory: Path) -> None:
-        if len(str(directory)) > 80:  # sun_path holds 108 bytes
-            directory = Path(tempfile.mkdtemp(prefix="sd-notify-"))
-        self.path = directory / "notify.sock"
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-        self.sock.bind(str(self.path))
-        self.messages: list[tuple[float, set[str]]] = []
-        self._reader = threading.Thread(target=self._receive, daemon=True)
-        self._reader.start()
-
-    def _receive(self) -> None:
-        while True:
-            try:
-                data = self.sock.recv(4096)
-            except OSError:  # closed
-                return
-            self.messages.append((time.monotonic(), set(data.decode().split("\n"))))
-
-    def times(self, field: str, start: float = 0.0, end: float = float("inf")) -> list[float]:
-        """When ``field`` (such as WATCHDOG=1) came, between ``start`` and ``end``."""
-        return [at for at, fields in list(self.messages)
-                if field in fields and start <= at <= end]
-
-    def wait(self, field: str, timeout: float) -> float:
-        """The time ``field`` first came, waiting up to ``timeout``."""
-        found = wait_for(lambda: self.times(field), timeout, step=0.05, what=field)
-        return found[0]
-
-    def close(self) -> None:
-        with contextlib.suppress(OSError):
-            self.sock.shutdown(socket.SHUT_RDWR)  # wakes the reader
-        self.sock.close()
-        self._reader.join(timeout=5)
-        self.path.unlink(missing_ok=True)
 
 
 @pytest.mark.slow
