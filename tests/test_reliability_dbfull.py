@@ -21,6 +21,7 @@ import pytest
 
 from slowdown.analysis.histogram import Histogram
 from slowdown.analysis.store.records import NodeContext
+from slowdown.analysis.words import OPS
 from slowdown.probe.recorder import Recorder
 from tests.datakit import fill as fill_database
 from tests.datakit import lognormal
@@ -37,7 +38,6 @@ from tests.servicekit import (
     write_config,
 )
 
-OPS = ("data-read", "data-write", "md-stat", "md-read", "md-delete", "md-write")
 WRITE_FAILED = re.compile(r"cannot write the database (\S+) \((.*?)\); probing goes on")
 WRITABLE_AGAIN = re.compile(r"database writable again after \d+ s; (\d+) buffered minute "
                             r"records written")
@@ -77,9 +77,7 @@ def test_full_and_read_only_database_volumes(tmp_path):
             # services were started at second 55 of their clocks), the next a minute later.
             second_failure = (broke + full_offset) // 60 * 60 + 120 - full_offset
             time.sleep(max(0.0, second_failure - time.time()) + 3)
-            for proc in procs:
-                assert proc.poll() is None, f"the service exited:\n{output(proc)}"
-                failures = WRITE_FAILED.findall(output(proc))
+            for failures, proc in _said(procs, WRITE_FAILED):
                 assert len(failures) == 1, output(proc)  # said once, with the reason
             (where, why), = WRITE_FAILED.findall(output(full_proc))
             assert where == str(full_db) and "full" in why, why
@@ -92,9 +90,7 @@ def test_full_and_read_only_database_volumes(tmp_path):
             repaired = time.time()
             next_flush = (repaired + full_offset) // 60 * 60 + 60 - full_offset
             time.sleep(max(0.0, next_flush - time.time()) + 4)
-            for proc in procs:
-                assert proc.poll() is None, f"the service exited:\n{output(proc)}"
-                again = WRITABLE_AGAIN.findall(output(proc))
+            for again, proc in _said(procs, WRITABLE_AGAIN):
                 assert len(again) == 1 and int(again[0]) >= 3 * len(OPS), output(proc)
             results = [(full_db, full_offset, full_before), (ro_db, ro_offset, ro_before)]
         finally:
@@ -140,6 +136,15 @@ class FlakyStore:
         self.nodes += [n.start for n in nodes]
         return len(records)
 
+
+
+def _said(procs, pattern: re.Pattern) -> list[tuple[list, object]]:
+    """What each service, still running, said that matches ``pattern``."""
+    found = []
+    for proc in procs:
+        assert proc.poll() is None, f"the service exited:\n{output(proc)}"
+        found.append((pattern.findall(output(proc)), proc))
+    return found
 
 def test_the_buffer_keeps_at_least_an_hour_bounded_and_writes_it_once(caplog):
     caplog.set_level(logging.INFO, logger="slowdown.probe.recorder")

@@ -18,6 +18,7 @@ from collections import Counter
 
 import pytest
 
+from slowdown.analysis.words import OPS
 from tests.faultfs import FaultFS
 from tests.fixtures_fs import require_root
 from tests.reliabilitykit import ext4_volume, snapshot
@@ -32,7 +33,6 @@ from tests.servicekit import (
     write_config,
 )
 
-OPS = ("data-read", "data-write", "md-stat", "md-read", "md-delete", "md-write")
 HANG = 20.0
 ABANDON_AFTER = 5.0
 
