@@ -12,10 +12,11 @@ answers in its own threads from memory only:
   database (``slowdown.analysis.stats.slowdown``), never while a scrape waits.
 
 Latency histograms are classic Prometheus histograms whose ``le`` bounds are edges of the
-store's exponential bucket scheme at scale ``EXPORT_SCALE`` (bounds ``2 ** (k / 2)``, from
-2**-20 s (~1 us) to 2**10 s (~17 min), plus +Inf): 62 buckets per (host, target, op) instead
-of the ~950 of scale 5. Every host exports the same bounds, so ``sum by (le)`` over hosts is an
-exact merge, and they line up with the ``buckets`` column the SQLite dashboard reads.
+store's exponential bucket scheme at scale ``EXPORT_SCALE`` (-1: bounds ``4 ** k``, from
+4**-10 s (~1 us) to 4**5 s (~17 min), plus +Inf): 17 buckets per (host, target, op) instead
+of the ~950 of scale 5. Every host exports the same bounds, which are edges of every finer
+scale, so ``sum by (le)`` over hosts is an exact merge, and they line up with the ``buckets``
+column the SQLite dashboard reads. ``SERIES_BUDGET`` states what a node costs Prometheus.
 """
 
 from __future__ import annotations
@@ -46,9 +47,23 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-EXPORT_SCALE = 1
-LOWEST_EDGE = -40  # the lowest bound is 2 ** (LOWEST_EDGE / 2) seconds
-HIGHEST_EDGE = 20  # the highest finite bound is 2 ** (HIGHEST_EDGE / 2) seconds
+EXPORT_SCALE = -1
+LOWEST_EDGE = -10  # the lowest bound is 4 ** LOWEST_EDGE seconds (2**-20, ~1 us)
+HIGHEST_EDGE = 5  # the highest finite bound is 4 ** HIGHEST_EDGE seconds (1024 s)
+# Series a node exports at most (``series_budget``; tests/test_metrics.py counts a scrape): a
+# fixed part (9 of the service, 7 of the node, 6 process_*), and per target its skipped
+# ticks, ticks, last tick and abandoned workers, the target's ratio per window and statistic,
+# and per op its histogram (17 buckets, _sum, _count), errors, stuck age, the ratio and the
+# observed value per window and statistic, the expected value and whether it is provisional
+# per statistic. Two targets with the default 3 windows and 2 statistics: 486 series.
+FIXED_SERIES = 22
+
+
+def series_budget(targets: int, windows: int = 3, statistics: int = 2, ops: int = 6) -> int:
+    """The most series one node exports with this many targets, windows and statistics."""
+    buckets = HIGHEST_EDGE - LOWEST_EDGE + 2  # the finite bounds and +Inf
+    per_op = buckets + 2 + 2 + 2 * windows * statistics + 2 * statistics
+    return FIXED_SERIES + targets * (ops * per_op + 4 + windows * statistics)
 
 
 def bucket_bounds() -> list[float]:
@@ -133,7 +148,7 @@ class ServiceMetrics:
         self._latency = Histogram(
             "slowdown_op_latency_seconds",
             "Latency of successful probe operations (bucket bounds are edges of the native "
-            "exponential scheme at scale 1: hosts merge exactly with sum by (le)).",
+            "exponential scheme at scale -1, 4**k s: hosts merge exactly with sum by (le)).",
             labels, buckets=bucket_bounds(), registry=self.registry)
         self._errors = Counter("slowdown_op_errors", "Probe operations that failed.", labels,
                               registry=self.registry)

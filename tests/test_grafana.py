@@ -273,9 +273,11 @@ def test_heat_map_columns_are_the_prometheus_buckets():
               if p["type"] == "heatmap"]
     names = re.findall(r'AS "([^"]+)"', sql)
     assert [float(n) for n in names[:-1]] == bucket_bounds() and names[-1] == "+Inf"
-    for j, bound in zip(range(-41, 20), bucket_bounds()):  # scale-2 pairs -> scale-1 bucket
-        m = mapping_for(schema.BUCKETS_SCALE)
-        assert m.upper_bound(2 * j + 1) == bound
+    m = mapping_for(schema.BUCKETS_SCALE)
+    for j, bound in zip(range(-11, 5), bucket_bounds()):  # scale-2 eights -> scale -1 bucket
+        assert m.upper_bound(8 * j + 7) == bound
+    assert "CAST(j.key AS INTEGER) >> 3 AS k" in sql
+    assert (schema.BUCKETS_LOWEST >> 3, schema.BUCKETS_HIGHEST >> 3) == (-11, 5)  # first, +Inf
 
 
 # -- the columns SQL readers use ---------------------------------------------------------------

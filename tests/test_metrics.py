@@ -19,7 +19,7 @@ from slowdown.analysis.histogram import Histogram, mapping_for
 from slowdown.analysis.stats.baseline import BaselineBook
 from slowdown.analysis.stats.slowdown import target_slowdowns
 from slowdown.analysis.store import Store
-from slowdown.probe.metrics import EXPORT_SCALE, bucket_bounds
+from slowdown.probe.metrics import EXPORT_SCALE, bucket_bounds, series_budget
 from slowdown.probe.service import Service
 from tests.datakit import fill, lognormal, utc
 from tests.faultfs import FaultFS
@@ -72,9 +72,9 @@ def test_off_by_default_and_loopback_when_on(tmp_path):
 def test_bucket_bounds_are_native_edges_and_hosts_merge_exactly():
     bounds = bucket_bounds()
     fine, coarse = mapping_for(5), mapping_for(EXPORT_SCALE)
-    assert bounds[0] == 2.0**-20 and bounds[-1] == 2.0**10 and len(bounds) == 61
-    for k, bound in enumerate(bounds, start=-41):
-        assert bound == coarse.upper_bound(k) == fine.upper_bound(16 * k + 15)
+    assert bounds[0] == 2.0**-20 and bounds[-1] == 2.0**10 and len(bounds) == 16
+    for k, bound in enumerate(bounds, start=-11):  # scale -1: bucket k is (4**k, 4**(k+1)]
+        assert bound == coarse.upper_bound(k) == fine.upper_bound(64 * k + 63) == 4.0 ** (k + 1)
 
 
 def test_the_histogram_counts_what_the_recorder_stores(tmp_path):
@@ -86,7 +86,7 @@ def test_the_histogram_counts_what_the_recorder_stores(tmp_path):
     for i, host in enumerate(("a", "b")):
         s = service(tmp_path / host, host=host)
         values = np.concatenate([rng.lognormal(-7 + i, 1.0, 2000),
-                                 np.array(bucket_bounds()[10:50:3])])  # exactly on edges
+                                 np.array(bucket_bounds()[2:14])])  # exactly on edges
         for v in values:
             s.recorder.result("work", "md-stat", float(v), time.time())
         s.recorder.result("work", "md-stat", None, time.time())  # an error: not a latency
@@ -134,6 +134,34 @@ def test_slowdown_gauges_come_from_the_database_after_a_flush(tmp_path):
     provisional = {lab["op"]: v for lab, v in got["slowdown_op_expected_provisional"]}
     assert set(provisional.values()) == {1.0}
     assert got["slowdown_ratio_timestamp_seconds"][0][1] == now
+    s.metrics.stop()
+
+
+def test_a_node_with_two_targets_exports_at_most_its_series_budget(tmp_path):
+    """Every series a node can export at once (both targets with data in every window, node
+    context, a skipped tick): the count is ``series_budget``, under half of the 1,026 series
+    of the scale-1 buckets (64 per op) it replaces."""
+    from slowdown.analysis.store.records import NODE_FIELDS, NodeContext
+
+    t0 = utc(2026, 3, 2)
+    db = tmp_path / "n1.db"
+    fill(db, t0, 120, lognormal(0.002, 0.3), host="n1", ops=OPS, targets=("work", "home"))
+    s = service(tmp_path, targets=("work", "home"), database=db)
+    now = t0 + 120 * 60 + 5
+    for target in ("work", "home"):
+        s.recorder.skipped(target, OPS, now)
+        for op in OPS:
+            s.recorder.result(target, op, 0.001, now)
+    s.metrics.node(NodeContext("n1", t0, dict.fromkeys(NODE_FIELDS, 1)))
+    s.metrics.tick(now, 0.01)
+    s.metrics.flushed(True, now)
+    text = generate_latest(s.metrics.registry).decode()
+    series = [line for line in text.splitlines() if line and not line.startswith("#")]
+    buckets = [line for line in series if line.startswith("slowdown_op_latency_seconds_bucket")]
+    assert len(buckets) == 2 * len(OPS) * 17
+    # The last tick of each target is the one series missing: no runner ticked here.
+    assert not any(line.startswith("slowdown_last_tick_timestamp_seconds") for line in series)
+    assert len(series) + 2 == series_budget(2) == 486 <= 1026 // 2
     s.metrics.stop()
 
 
