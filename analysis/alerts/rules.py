@@ -110,8 +110,8 @@ class Evaluator:
         """``value`` and the numbers behind it for one op."""
         agg = self.aggregate(target, op, rule.window)
         live = self.live_stuck.get((target, op), 0.0)
-        count, errors = agg.histogram.count, agg.errors
-        info: dict[str, Any] = {"count": count, "errors": errors}
+        count, errors = agg.samples, agg.errors
+        info: dict[str, Any] = {"count": round(count), "errors": round(errors)}
         if rule.kind == "error_rate":
             attempts = count + errors
             info["value"] = errors / attempts if attempts else None

@@ -90,8 +90,9 @@ class _HistoryTable:
         if "max" in self.stats:
             columns["max"] = series.raised(cells.max, cells.stuck)
         book = BaselineBook(stores, self.reader.config.baseline.expected)
-        first, last = (int(cells.start.min()), int(cells.start.max())) if len(cells) else (0, 0)
-        expected = series.expected_values(book, cells, self.headline, first, last)
+        first = int(cells.start.min()) if len(cells) else 0
+        expected = series.expected_values(book, cells, self.headline, first,
+                                          int(self.selection.end), self.step)
         ratio = columns[self.headline] / expected
         return cells, [cells.start, cells.target, cells.op, cells.count, cells.errors,
                        cells.skipped, cells.stuck, *(columns[s] for s in self.stats), ratio]

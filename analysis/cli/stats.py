@@ -12,6 +12,7 @@ from slowdown.analysis.cli import scope as cli
 from slowdown.analysis.cli.output import clean, dump_json, table
 from slowdown.analysis.cli.provision import parse_provision_options, provision_options
 from slowdown.analysis.cli.scope import read_options
+from slowdown.analysis.stats.window import quantile
 from slowdown.analysis.store import Selection, aggregate
 from slowdown.analysis.units import format_latency
 
@@ -44,14 +45,14 @@ def stats(ctx, dbs, targets, hosts, ops, at, since, until, as_json, provision, c
                                                      int(start), int(end)))
             h = agg.histogram
             values = {
-                "count": h.count, "errors": agg.errors, "mean": h.mean,
+                "count": round(agg.samples), "errors": round(agg.errors), "mean": h.mean,
                 "std": h.std, "min": h.min if h.count else math.nan,
-                "25%": h.quantile(0.25), "50%": h.quantile(0.5), "75%": h.quantile(0.75),
-                "max": h.max if h.count else math.nan,
+                "25%": quantile(agg, 0.25), "50%": quantile(agg, 0.5),
+                "75%": quantile(agg, 0.75), "max": h.max if h.count else math.nan,
             }
-            doc.append({"target": target, "op": op, "skipped": agg.skipped,
+            doc.append({"target": target, "op": op, "skipped": round(agg.skipped),
                         "stuck": agg.stuck, **{k: clean(v) for k, v in values.items()}})
-            rows.append([target, op, h.count, agg.errors,
+            rows.append([target, op, values["count"], values["errors"],
                          *(format_latency(values[k]) for k in STATS_COLUMNS[2:])])
     span = (f"{dt.datetime.fromtimestamp(start):%Y-%m-%d %H:%M} .. "
             f"{dt.datetime.fromtimestamp(end):%Y-%m-%d %H:%M}")

@@ -41,7 +41,7 @@ from slowdown.analysis.report import provision as prov
 from slowdown.analysis.stats import series
 from slowdown.analysis.stats.window import quantile_of
 from slowdown.analysis.store import Selection, Store
-from slowdown.analysis.store.records import HOUR, MINUTE
+from slowdown.analysis.store.records import HOUR, MINUTE, TABLES_SPAN
 
 MAX_COLUMNS = 1500
 STEPS = (60, 120, 300, 600, 900, 1200, 1800, 3600, 7200, 10800, 21600, 43200, 86400)
@@ -119,8 +119,8 @@ def _dense(grid: Grid, starts: np.ndarray, values: np.ndarray, fill: float = mat
 
 def _record_span(stores: Sequence[Store], selection: Selection) -> tuple[int, int]:
     """Starts of the first and the last record selected (of any span, any file)."""
-    where, params = selection.where()
-    starts = [row for store in stores for table in ("minutes", "hours")
+    starts = [row for store in stores for table, span in TABLES_SPAN.items()
+              for where, params in [selection.where("r", span)]
               for row in store.conn.execute(f"SELECT min(r.start), max(r.start) FROM series s "
                                             f"JOIN {table} r ON r.series = s.id WHERE {where}",
                                             params) if row[0] is not None]
@@ -130,7 +130,7 @@ def _record_span(stores: Sequence[Store], selection: Selection) -> tuple[int, in
 
 
 def _has_hours(stores: Sequence[Store], selection: Selection) -> bool:
-    where, params = selection.where()
+    where, params = selection.where("r", HOUR)
     return any(store.conn.execute(f"SELECT 1 FROM series s JOIN hours r ON r.series = s.id "
                                   f"WHERE {where} LIMIT 1", params).fetchone()
                for store in stores)
@@ -307,7 +307,7 @@ def collect(reader, start: int, end: int, statistics: Sequence[str], windows: Se
     runs = series.runs(cells)
     heat = heatmaps(stores, selection, grid)
     figures = prov.per_node_figures(stores, selection)
-    first, last = _record_span(stores, selection)
+    first = _record_span(stores, selection)[0]
     slowdowns: dict[tuple[float, str, str], dict] = {}
     for window in windows:
         window_step = steps[window]
@@ -316,7 +316,7 @@ def collect(reader, start: int, end: int, statistics: Sequence[str], windows: Se
         for stat in statistics:
             with np.errstate(divide="ignore", invalid="ignore"):
                 ratio = statistic_values(w_cells, stat) / series.expected_values(
-                    book, w_cells, stat, first, last)
+                    book, w_cells, stat, first, end, window_step)
             for target, ops in target_ops.items():
                 slowdowns[(window, stat, target)] = _slowdown_series(
                     grid, w_cells, ratio, window_step, w_runs, target, ops)

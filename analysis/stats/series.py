@@ -5,8 +5,13 @@
 taken as they are and no histogram is read. Otherwise every histogram blob of the range is
 decoded in one ``numpy.frombuffer`` per encoding layout, records are grouped into cells, and
 each quantile of every cell is found with one ``searchsorted`` over the cumulative counts.
-Either way the estimator is the one of ``Histogram.quantile`` (same rank, same bucket
+Either way the estimator is the one of ``stats.window.value_at`` (same rank, same bucket
 representative, clamped to the cell's min and max), so all agree exactly.
+
+A cell is a window: it takes every record that overlaps it by its overlap (``store.window``).
+An hour record and steps shorter than an hour (or cells the range's ends cut) make pieces:
+one per (record, cell) with the record's units in the cell, and every count is summed in
+units (``records.UNIT`` per sample of a whole record) before it is shown in samples.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ import numpy as np
 
 from slowdown.analysis.histogram import codec, mapping_for
 from slowdown.analysis.store import Selection, Store, StoreError, schema
+from slowdown.analysis.store.records import TABLES_SPAN, UNIT
 
 
 @dataclass
@@ -31,7 +37,8 @@ class Cells:
     target: np.ndarray  # object arrays of names
     op: np.ndarray
     start: np.ndarray  # int64, start of the step
-    count: np.ndarray
+    count: np.ndarray  # int64: values, rounded where a cell cuts a record
+    samples: np.ndarray  # float64: values, with fractions where a cell cuts a record
     errors: np.ndarray
     skipped: np.ndarray
     stuck: np.ndarray
@@ -69,17 +76,21 @@ def selected_series(stores: Sequence[Store], selection: Selection) \
 
 
 def _batches(stores: Sequence[Store], selection: Selection, columns: str,
-             tables: Sequence[str] = ("hours", "minutes"), size: int = 4096):
+             tables: Sequence[str] = ("hours", "minutes"), size: int = 4096,
+             spans: bool = False):
     """("target\0op", rows) of every selected record, a batch of rows at a time, in one
     order for any ``columns``: by (target, op), then file, host and time, so that all the
-    records of a (target, op) come together. Small batches: the memory of one batch's Python
+    records of a (target, op) come together; every record that overlaps the range, with
+    its span first where ``spans``. Small batches: the memory of one batch's Python
     objects is reused by the next instead of given back and faulted in again."""
-    times, time_params = selection.time_where()
     for target, op, i, _, sid in sorted(selected_series(stores, selection)):
         try:
             for table in tables:  # older first
+                span = TABLES_SPAN[table]
+                times, time_params = selection.time_where("r", span)
                 cursor = stores[i].conn.execute(
-                    _ROW_SQL.format(columns=columns, table=table, where=times),
+                    _ROW_SQL.format(columns=f"{span}, {columns}" if spans else columns,
+                                    table=table, where=times),
                     [sid, *time_params])
                 while rows := cursor.fetchmany(size):
                     yield f"{target}\0{op}", rows
@@ -118,7 +129,8 @@ def _numbers(stores: Sequence[Store], selection: Selection, columns: Sequence[st
     """
     names: dict[str, int] = {}
     parts, codes = [], []
-    for name, rows in _batches(stores, selection, ", ".join(f"r.{c}" for c in columns)):
+    for name, rows in _batches(stores, selection, ", ".join(f"r.{c}" for c in columns[1:]),
+                               spans=True):
         parts.append(np.array(rows, dtype=np.float64))
         codes.append(np.full(len(rows), names.setdefault(name, len(names)), np.int64))
     if not parts:
@@ -147,15 +159,17 @@ def histories(stores: Sequence[Store], selection: Selection, steps: Sequence[int
     stored = [_STORED[q] for q in wanted.values() if q in _STORED]
     if len(stored) < len(wanted):
         stored = []
-    columns = [*_KEYS, *(_MOMENTS if moments else ()), *stored]
+    columns = ["span", *_KEYS, *(_MOMENTS if moments else ()), *stored]
     rows, code, names = _numbers(stores, selection, columns)
     value = {c: rows[:, i] for i, c in enumerate(columns)}
     order = sorted(range(len(names)), key=names.__getitem__)
     rank = np.empty(len(names), np.int64)
     rank[order] = np.arange(len(names))
     start = value["start"].astype(np.int64)
-    groupings = [_Grouping.of(rank[code], start, step) for step in steps]
-    counts = [g.summed(value["count"], np.int64) for g in groupings]
+    span = value["span"].astype(np.int64)
+    groupings = [_Grouping.of(rank[code], start, span, step, selection.start, selection.end)
+                 for step in steps]
+    counts = [g.weighted(value["count"]) for g in groupings]  # in units
     extremes = [(g.reduced(value["min"], np.minimum, np.inf),
                  g.reduced(value["max"], np.maximum, -np.inf)) if moments else (None, None)
                 for g in groupings]
@@ -168,8 +182,7 @@ def histories(stores: Sequence[Store], selection: Selection, steps: Sequence[int
             quantiles[i] = {s: taken[g.row_of_cell, j] for j, s in enumerate(wanted)}
         elif wanted:
             to_merge.append(i)
-    merges = [_Merge(groupings[i].cell_of_row, counts[i], *extremes[i], statistics)
-              for i in to_merge]
+    merges = [_Merge(groupings[i], counts[i], *extremes[i], statistics) for i in to_merge]
     if merges:
         first = 0
         for _, records in grouped(stores, selection, "r.min, r.max, r.hist"):
@@ -191,60 +204,92 @@ def _filled(values: np.ndarray, fill: float) -> np.ndarray:
 
 @dataclass
 class _Grouping:
-    """The cells of one step, sorted by series and time, and the cell of each record."""
+    """The cells of one step, sorted by series and time, and the pieces of records in them:
+    one per record where every record lies wholly in one cell (``piece_row`` None), else
+    one per (record, cell it overlaps), with the record's units in that cell."""
 
     step: int
     base: int  # the first cell's start
     span: int  # steps from the first cell to the last
     key: np.ndarray  # of each cell: series rank * span + steps from ``base``
-    cell_of_row: np.ndarray
-    row_of_cell: np.ndarray | None  # where every cell is one record
+    cell_of_row: np.ndarray  # the cell of each piece
+    row_of_cell: np.ndarray | None  # where every cell is one whole record
+    piece_row: np.ndarray | None = None  # the record of each piece, where records are cut
+    units: np.ndarray | None = None  # of each piece
 
     @classmethod
-    def of(cls, rank_of_row: np.ndarray, start: np.ndarray, step: int) -> _Grouping:
+    def of(cls, rank_of_row: np.ndarray, start: np.ndarray, span: np.ndarray, step: int,
+           first: int | None = None, end: int | None = None) -> _Grouping:
+        lo = start if first is None else np.maximum(start, first)
+        hi = start + span if end is None else np.minimum(start + span, end)
+        piece_row = units = None
+        if ((lo // step != (hi - 1) // step) | (hi - lo != span)).any():  # records are cut
+            c0, c1 = lo // step, np.maximum(hi - 1, lo) // step
+            k = np.where(hi > lo, c1 - c0 + 1, 0)
+            piece_row = np.repeat(np.arange(len(start)), k)
+            cell = c0[piece_row] + np.arange(len(piece_row)) - np.repeat(np.cumsum(k) - k, k)
+            p_lo = np.maximum(lo[piece_row], cell * step)
+            p_hi = np.minimum(hi[piece_row], (cell + 1) * step)
+            units = (p_hi - p_lo) * (UNIT // span[piece_row])
+            rank_of_row, start = rank_of_row[piece_row], cell * step
         step_start = start - start % step
         base = int(step_start.min()) if len(start) else 0
-        span = (int(step_start.max()) - base) // step + 1 if len(start) else 1
-        key = rank_of_row * span + (step_start - base) // step
-        if (key[1:] > key[:-1]).all():  # one store, one record per cell, read in cell order
-            return cls(step, base, span, key, np.arange(len(key)), np.arange(len(key)))
+        width = (int(step_start.max()) - base) // step + 1 if len(start) else 1
+        key = rank_of_row * width + (step_start - base) // step
+        if piece_row is None and (key[1:] > key[:-1]).all():  # one record per cell, in order
+            return cls(step, base, width, key, np.arange(len(key)), np.arange(len(key)))
         cells_key, cell_of_row = np.unique(key, return_inverse=True)
         cell_of_row = cell_of_row.ravel()
         row_of_cell = None
-        if len(cells_key) == len(key):  # a permutation: each cell takes its one record's values
+        if piece_row is None and len(cells_key) == len(key):  # each cell: its one record
             row_of_cell = np.empty(len(key), np.int64)
             row_of_cell[cell_of_row] = np.arange(len(key))
-        return cls(step, base, span, cells_key, cell_of_row, row_of_cell)
+        return cls(step, base, width, cells_key, cell_of_row, row_of_cell, piece_row, units)
 
     def __len__(self) -> int:
         return len(self.key)
 
-    def summed(self, values: np.ndarray, dtype=np.float64) -> np.ndarray:
+    def pieces(self, values: np.ndarray) -> np.ndarray:
+        """A value of each record, for each of its pieces."""
+        return values if self.piece_row is None else values[self.piece_row]
+
+    def weighted(self, values: np.ndarray) -> np.ndarray:
+        """A count of each record summed per cell in units (float64, whole numbers)."""
+        values = self.pieces(_filled(values, 0.0))
+        values = values * (UNIT if self.units is None else self.units)
         if self.row_of_cell is not None:
+            return values[self.row_of_cell]
+        return np.bincount(self.cell_of_row, weights=values, minlength=len(self))
+
+    def summed(self, values: np.ndarray, dtype=np.float64) -> np.ndarray:
+        """A quantity of each record summed per cell, in samples (fractions where cut)."""
+        if self.units is None and self.row_of_cell is not None:
             return _filled(values, 0.0)[self.row_of_cell].astype(dtype)
-        return np.bincount(self.cell_of_row, weights=_filled(values, 0.0),
-                           minlength=len(self)).astype(dtype)
+        return (self.weighted(values) / UNIT).astype(dtype)
 
     def reduced(self, values: np.ndarray, ufunc, fill: float) -> np.ndarray:
+        values = self.pieces(_filled(values, fill))
         if self.row_of_cell is not None:
-            return _filled(values, fill)[self.row_of_cell]
+            return values[self.row_of_cell]
         out = np.full(len(self), fill)
-        ufunc.at(out, self.cell_of_row, _filled(values, fill))
+        ufunc.at(out, self.cell_of_row, values)
         return out
 
 
 def _cells(pairs: list[tuple[str, str]], g: _Grouping, value: dict[str, np.ndarray],
-           count: np.ndarray, extremes: tuple, quantiles: dict[str, np.ndarray],
+           units: np.ndarray, extremes: tuple, quantiles: dict[str, np.ndarray],
            moments: bool) -> Cells:
     code = g.key // g.span
-    empty = count == 0
+    samples = units / UNIT
+    count = np.rint(samples).astype(np.int64)
+    empty = units == 0
     c_min, c_max = extremes
     return Cells(
         names=pairs, series=code, target=np.array([t for t, _ in pairs], dtype=object)[code],
         op=np.array([o for _, o in pairs], dtype=object)[code],
-        start=g.base + (g.key % g.span) * g.step, count=count,
-        errors=g.summed(value["errors"], np.int64),
-        skipped=g.summed(value["skipped"], np.int64),
+        start=g.base + (g.key % g.span) * g.step, count=count, samples=samples,
+        errors=np.rint(g.summed(value["errors"])).astype(np.int64),
+        skipped=np.rint(g.summed(value["skipped"])).astype(np.int64),
         stuck=g.reduced(value["stuck"], np.maximum, 0.0),
         sum=g.summed(value["sum"]) if moments else None,
         sumsq=g.summed(value["sumsq"]) if moments else None,
@@ -258,41 +303,54 @@ class _Merge:
     grouped by it, and its cells are only its own, so only one series' histograms are in
     memory at once."""
 
-    def __init__(self, cell_of_row: np.ndarray, count: np.ndarray, c_min: np.ndarray | None,
+    def __init__(self, grouping: _Grouping, count: np.ndarray, c_min: np.ndarray | None,
                  c_max: np.ndarray | None, statistics: Sequence[str]):
         n = len(count)
         if c_min is None or c_max is None:  # found from the records' min and max in ``add``
             c_min, c_max = np.full(n, np.inf), np.full(n, -np.inf)
-        self.cell_of_row, self.count, self.c_min, self.c_max = cell_of_row, count, c_min, c_max
+        self.g, self.count, self.c_min, self.c_max = grouping, count, c_min, c_max
         self.statistics = statistics
         self.out: dict[str, np.ndarray] = {}
 
     def add(self, first: int, blobs: list[bytes], low_high: np.ndarray | None) -> None:
         """The records ``first`` on, of one (target, op): their histograms, and their min and
         max where the cells' were not given."""
-        cells = self.cell_of_row[first:first + len(blobs)]
+        g = self.g
+        if g.piece_row is None:
+            pieces = slice(first, first + len(blobs))
+            rows = np.arange(len(blobs))
+        else:  # the pieces of these records (in record order)
+            pieces = slice(*np.searchsorted(g.piece_row, [first, first + len(blobs)]).tolist())
+            rows = g.piece_row[pieces] - first
+        if rows.size == 0:
+            return
+        cells = g.cell_of_row[pieces]
+        units = np.full(len(rows), UNIT) if g.units is None else g.units[pieces]
         if low_high is not None:
-            low, high = low_high
+            low, high = low_high[:, rows]
             np.minimum.at(self.c_min, cells, _filled(low, np.inf))
             np.maximum.at(self.c_max, cells, _filled(high, -np.inf))
         a, b = int(cells.min()), int(cells.max()) + 1
-        part = _quantiles(blobs, cells - a, b - a, self.count[a:b], self.c_min[a:b],
-                          self.c_max[a:b], self.statistics)
+        part = _quantiles([blobs[i] for i in rows.tolist()], cells - a, units, b - a,
+                          self.count[a:b], self.c_min[a:b], self.c_max[a:b], self.statistics)
         for s, values in part.items():
             self.out.setdefault(s, np.full(len(self.count), np.nan))[a:b] = values
 
     def result(self) -> tuple[dict[str, np.ndarray], tuple[np.ndarray, np.ndarray]]:
-        out = self.out or _quantiles([], np.empty(0, np.int64), len(self.count), self.count,
-                                     self.c_min, self.c_max, self.statistics)
+        out = self.out or _quantiles([], np.empty(0, np.int64), np.empty(0, np.int64),
+                                     len(self.count), self.count, self.c_min, self.c_max,
+                                     self.statistics)
         return out, (self.c_min, self.c_max)
 
 
 _DENSE = 1 << 23  # cells x buckets counted at a time (64 MiB of float64)
 
 
-def _quantiles(blobs, cell_of_row, n, count, c_min, c_max, statistics) -> dict[str, np.ndarray]:
+def _quantiles(blobs, cell_of_row, units, n, count, c_min, c_max, statistics) \
+        -> dict[str, np.ndarray]:
     """The statistics of merged cells, each at the coarsest scale among its own records (as
-    ``Histogram.merge`` has it): the cells of each scale in turn."""
+    ``Histogram.merge`` has it): the cells of each scale in turn. ``units``: of each blob
+    (``records.UNIT`` for a whole record); ``count``: of each cell, in units."""
     from slowdown.analysis.stats.window import quantile_of
 
     wanted = {s: quantile_of(s) for s in statistics if quantile_of(s) is not None}
@@ -306,37 +364,42 @@ def _quantiles(blobs, cell_of_row, n, count, c_min, c_max, statistics) -> dict[s
         members = np.flatnonzero(cell_scale[cell_of_row] == scale)
         mine = cell_scale == scale
         part = _quantiles_at(scale, [blobs[i] for i in members.tolist()],
-                             cell_of_row[members], n, count, c_min, c_max, wanted)
+                             cell_of_row[members], units[members], n, count, c_min, c_max,
+                             wanted)
         for s, values in part.items():
             out[s][mine] = values[mine]
     return out
 
 
-def _quantiles_at(scale: int, blobs, cell_of_row, n, count, c_min, c_max,
+def _quantiles_at(scale: int, blobs, cell_of_row, units, n, count, c_min, c_max,
                   wanted: dict[str, float]) -> dict[str, np.ndarray]:
     """The statistics of merged cells at one scale: the blobs' (index, count) pairs added into
     a dense (cell, bucket) table, a chunk of cells at a time, each row's cumulative counts
     searched for every rank. No sort of the pairs: records are put in cell order first."""
     out = {s: np.full(n, np.nan) for s in wanted}
     order = np.argsort(cell_of_row, kind="stable")
-    cells = cell_of_row[order]
-    groups, zero_rows, _ = codec.decode_blobs([blobs[i] for i in order.tolist()], cells, scale)
-    zero = np.bincount(cells, weights=zero_rows, minlength=n).astype(np.int64)
+    cells, weight = cell_of_row[order], np.asarray(units, np.float64)[order]
+    groups, zero_rows, _ = codec.decode_blobs([blobs[i] for i in order.tolist()],
+                                              np.arange(len(order)), scale)
+    zero = np.bincount(cells, weights=zero_rows * weight, minlength=n)
     present = [g for g in groups if g.index.size]
     lowest = min((int(g.index.min()) for g in present), default=0)
     width = max((int(g.index.max()) for g in present), default=lowest) - lowest + 1
     lower, upper = mapping_for(scale).bounds(np.arange(lowest, lowest + width))
     value = 2.0 * lower * upper / (lower + upper)
-    ranks = {s: np.maximum(1, np.ceil(np.round(q * count, 9))).astype(np.int64)
+    # The rank in samples (as ``stats.window.value_at``), compared in units.
+    ranks = {s: np.maximum(1, np.ceil(np.round(q * (count / UNIT), 9))) * UNIT
              for s, q in wanted.items()}
     step = max(1, _DENSE // width)
     for first in range(0, n, step):
         last = min(n, first + step)
         table = np.zeros((last - first) * width)
-        for g in present:  # each group's labels are sorted: its pairs of these cells
-            a, b = np.searchsorted(g.label, np.array([first, last], g.label.dtype))
-            table += np.bincount((g.label[a:b] - first).astype(np.int64) * width
-                                 + (g.index[a:b] - lowest), weights=g.count[a:b],
+        p_first, p_last = np.searchsorted(cells, [first, last])  # the pieces of these cells
+        for g in present:  # each group's labels are sorted: its pairs of these pieces
+            a, b = np.searchsorted(g.label, np.array([p_first, p_last], g.label.dtype))
+            label = g.label[a:b]
+            table += np.bincount((cells[label] - first).astype(np.int64) * width
+                                 + (g.index[a:b] - lowest), weights=g.count[a:b] * weight[label],
                                  minlength=(last - first) * width)
         cumulative = np.cumsum(table.reshape(last - first, width), axis=1)
         for s, rank in ranks.items():
@@ -344,7 +407,7 @@ def _quantiles_at(scale: int, blobs, cell_of_row, n, count, c_min, c_max,
             at = np.minimum((cumulative < (r - z)[:, None]).sum(axis=1), width - 1)
             v = np.where(r <= z, 0.0, value[at])
             lo, hi, c = c_min[first:last], c_max[first:last], count[first:last]
-            v = np.where(r >= c, hi, np.where(r <= 1, lo, np.clip(v, lo, hi)))
+            v = np.where(r >= c, hi, np.where(r <= UNIT, lo, np.clip(v, lo, hi)))
             out[s][first:last] = np.where(c > 0, v, np.nan)
     return out
 
@@ -357,23 +420,25 @@ def runs(cells: Cells) -> dict[tuple[str, str], slice]:
     return {cells.names[cells.series[a]]: slice(a, b) for a, b in zip(bounds, bounds[1:])}
 
 
-def expected_values(book, cells: Cells, statistic: str, first: int,
-                    last: int) -> np.ndarray:
-    """The expected value of ``statistic`` in force at each cell's start (NaN: none), from
-    the baseline periods of ``[first, last]``, the first and the last record's minute: as
-    ``slowdown history --every 1m`` takes them, and the same for every window (a provisional
-    value is the one known at the last record; the book computes it once)."""
+def expected_values(book, cells: Cells, statistic: str, first: int, end: int,
+                    step: int = 60) -> np.ndarray:
+    """The expected value of ``statistic`` of each cell (NaN: none): the one in force at the
+    cell's end (its last second), as ``slowdown`` has it at that moment; from the baseline
+    periods of ``[first, end]``, ``first`` the first cell's start and ``end`` the end of the
+    range read. A provisional value (no baseline in force) is the one known at ``end``, as
+    ``slowdown --at END`` shows it: the same for every step (the book computes it once)."""
     out = np.full(len(cells), np.nan)
     for (target, op), part in runs(cells).items():
-        begins, values = zip(*book.expected_periods(target, op, statistic, first, last))
-        which = np.searchsorted(np.asarray(begins), cells.start[part], side="right") - 1
+        begins, values = zip(*book.expected_periods(target, op, statistic, first, end))
+        at = np.minimum(cells.start[part] + step - 1, end)
+        which = np.searchsorted(np.asarray(begins), at, side="right") - 1
         out[part] = np.asarray(values)[np.maximum(which, 0)]
     return out
 
 
 def mean_of(cells: Cells) -> np.ndarray:
     with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(cells.count > 0, cells.sum / cells.count, np.nan)
+        return np.where(cells.samples > 0, cells.sum / cells.samples, np.nan)
 
 
 def raised(values: np.ndarray, stuck: np.ndarray) -> np.ndarray:

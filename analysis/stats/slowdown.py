@@ -1,8 +1,9 @@
 """Slowdown = observed / expected, per op and per target, over sliding windows.
 
-A window of ``w`` seconds at time ``now`` covers the whole minutes ``[end - w, end)`` with
-``end`` the start of the current (unfinished, not yet written) minute. A target's headline
-slowdown is its worst op's.
+A window of ``w`` seconds at time ``now`` covers ``[end - w, end)`` with ``end`` the start of
+the current (unfinished, not yet written) minute, and takes every record that overlaps it by
+its overlap (``store.window``): minute records whole, an hour record cut by an edge in part.
+A target's headline slowdown is its worst op's.
 """
 
 from __future__ import annotations
@@ -104,7 +105,7 @@ def target_slowdowns(stores: Sequence[Store], book: BaselineBook, targets: Seque
             ts = TargetSlowdown(target, window, statistic)
             first = int(end - window)
             for op in ops.get(target, ()):
-                agg = aggregate_rows(r for r in rows.get((target, op), ()) if r[4] >= first)
+                agg = aggregate_rows(rows.get((target, op), ()), first, end)
                 ts.ops.append(op_slowdown(stores, book, target, op, window, statistic, now,
                                           confidence, hosts, live_stuck.get((target, op), 0.0),
                                           agg=agg))

@@ -117,26 +117,48 @@ def quantile_ranks(n: int, q: float, confidence: float = 0.95) -> tuple[int, int
     return lower, upper
 
 
+def value_at(h: Histogram, r: int, unit: int = 1) -> float:
+    """The value of rank ``r`` (1-based, in samples) of a histogram whose counts are samples
+    times ``unit`` (``store.window``): the minimum for rank 1, the maximum from the last
+    rank on, else the bucket where the cumulative count reaches ``r * unit``. With ``unit``
+    1 this is ``Histogram.value_at_rank``; every ``unit`` gives the same value for the same
+    records (``stats.series`` takes it the same way, vectorised)."""
+    if not h.count:
+        return math.nan
+    if r <= 1:
+        return h.min
+    if r * unit >= h.count:
+        return h.max
+    return h.value_at_rank(r * unit)
+
+
+def quantile(agg: Aggregate, q: float) -> float:
+    """The ``q``-quantile of a window (NaN when empty), whole records or cut ones alike."""
+    return value_at(agg.histogram, rank(q, agg.samples), agg.unit)
+
+
 def estimate(agg: Aggregate, statistic: str, confidence: float | None = None) -> Estimate:
-    """The statistic of a merged window, raised to its longest stuck age."""
+    """The statistic of a merged window, raised to its longest stuck age. ``count`` is the
+    number of values, rounded where a window cuts a record (``Aggregate.samples``)."""
     h: Histogram = agg.histogram
-    n = h.count
+    samples, unit = agg.samples, agg.unit
+    n = round(samples)
     q = quantile_of(statistic)
     low = high = None
     if statistic == "mean":
         value = h.mean
         if confidence and n > 1:
             z = _normal_quantile(0.5 + confidence / 2.0)
-            sd = math.sqrt(max(h.sumsq - h.sum * h.sum / n, 0.0) / (n - 1))
+            sd = math.sqrt(max(h.sumsq - h.sum * h.sum / h.count, 0.0) / unit / (n - 1))
             low, high = value - z * sd / math.sqrt(n), value + z * sd / math.sqrt(n)
     elif statistic == "max":
         value = h.max if n else math.nan
     else:
-        value = h.value_at_rank(rank(q, n)) if n else math.nan
+        value = value_at(h, rank(q, samples), unit) if h.count else math.nan
         if confidence and n:
             ranks = quantile_ranks(n, q, confidence)
             if ranks is not None:
-                low, high = h.value_at_rank(ranks[0]), h.value_at_rank(ranks[1])
+                low, high = value_at(h, ranks[0], unit), value_at(h, ranks[1], unit)
     raised = bool(agg.stuck) and (math.isnan(value) or agg.stuck > value)
     if raised:
         value = agg.stuck

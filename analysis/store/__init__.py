@@ -2,7 +2,8 @@
 
 ``records`` defines what is kept per (host, target, op, minute); ``schema`` the tables and
 their forward migrations; ``store`` writes a minute in one transaction, rolls old minutes up
-into hours and reads any selection of hosts, targets, ops and files as one merged aggregate.
+into hours and reads any selection of hosts, targets, ops and files as one merged aggregate;
+``window`` is the one definition of a window's aggregate (records counted by their overlap).
 Depends only on ``histogram``.
 """
 

@@ -8,6 +8,7 @@ from slowdown.analysis.histogram import Histogram
 
 MINUTE = 60
 HOUR = 3600
+TABLES_SPAN = {"minutes": MINUTE, "hours": HOUR}  # the span of each table's records
 
 
 @dataclass
@@ -41,6 +42,23 @@ class Record:
         self.stuck = max(self.stuck, other.stuck)
 
 
+# A window takes every record that overlaps it, each in proportion to the part of its span
+# inside the window (SPEC section 6, docs/WINDOWS.md): a record's samples are taken as spread
+# evenly over its span. Weights are kept as whole "units" so that every reader sums them
+# exactly: a whole record of any span weighs UNIT units per sample, and a record cut by an
+# edge ``overlap * UNIT // span`` (whole: records start on whole seconds and UNIT is a
+# multiple of every span's length). Minute records never straddle a window of whole minutes.
+UNIT = HOUR
+
+
+def overlap_units(start: int, span: int, first: int | None, end: int | None) -> int:
+    """Units per sample of the record ``[start, start + span)`` in the window ``[first, end)``
+    (``UNIT`` when wholly inside, 0 outside); None for an open end."""
+    lo = start if first is None else max(start, first)
+    hi = start + span if end is None else min(start + span, end)
+    return max(0, hi - lo) * (UNIT // span)
+
+
 def minute_of(timestamp: float) -> int:
     """Start of the UTC minute holding ``timestamp``."""
     return int(timestamp // MINUTE) * MINUTE
@@ -51,14 +69,22 @@ class Aggregate:
     """Everything recorded for a selection of records, merged: what a window's statistics need."""
 
     histogram: Histogram = field(default_factory=Histogram)
-    errors: int = 0
-    skipped: int = 0
+    errors: float = 0  # whole, or with fractions where a window cuts a record
+    skipped: float = 0
     stuck: float = 0.0
     records: int = 0
+    unit: int = 1  # the histogram's counts and sums are in samples times ``unit``
     first: int | None = None  # start of the earliest record merged
     last: int | None = None  # start of the latest record merged
 
+    @property
+    def samples(self) -> float:
+        """Values in the window: whole ones, or fractions where a record is cut by an edge."""
+        return self.histogram.count / self.unit
+
     def add(self, other: Aggregate) -> None:
+        if other.unit != self.unit:
+            raise ValueError("aggregates of different units do not add")
         self.histogram.merge(other.histogram)
         self.errors += other.errors
         self.skipped += other.skipped

@@ -10,7 +10,6 @@ from __future__ import annotations
 import functools
 import glob
 import json
-import math
 import os
 import sqlite3
 import time
@@ -29,6 +28,7 @@ from slowdown.analysis.store.records import (
     NodeContext,
     Record,
 )
+from slowdown.analysis.store.window import aggregate_rows
 
 TABLES = {MINUTE: "minutes", HOUR: "hours"}
 _COLUMNS = "count, errors, skipped, sum, sumsq, min, max, stuck, hist"
@@ -43,8 +43,9 @@ class StoreError(Exception):
 class Selection:
     """Which records to read. Name filters are shell globs (``md-*``); empty means all.
 
-    ``start`` is inclusive and ``end`` exclusive, both unix seconds, compared with the start
-    of each record's span.
+    ``start`` is inclusive and ``end`` exclusive, both unix seconds: a record is selected
+    when its span overlaps ``[start, end)`` (an hour record cut by an edge included; how much
+    of it counts is ``records.overlap_units``).
     """
 
     hosts: tuple[str, ...] = ()
@@ -54,10 +55,11 @@ class Selection:
     end: int | None = None
     pairs: tuple[tuple[str, str], ...] | None = None  # exact (target, op) names, if limited
 
-    def where(self, alias: str = "r") -> tuple[str, list]:
-        """The SQL condition on series ``s`` and records ``alias``, and its parameters."""
+    def where(self, alias: str = "r", span: int = MINUTE) -> tuple[str, list]:
+        """The SQL condition on series ``s`` and records ``alias`` of ``span`` seconds, and its
+        parameters."""
         names, name_params = self.series_where()
-        times, time_params = self.time_where(alias)
+        times, time_params = self.time_where(alias, span)
         return f"{names} AND {times}", name_params + time_params
 
     def series_where(self) -> tuple[str, list]:
@@ -74,13 +76,14 @@ class Selection:
             params.extend(name for pair in self.pairs for name in pair)
         return " AND ".join(clauses) or "1", params
 
-    def time_where(self, alias: str = "r") -> tuple[str, list]:
-        """The condition on the start of records ``alias``."""
+    def time_where(self, alias: str = "r", span: int = MINUTE) -> tuple[str, list]:
+        """The condition on records ``alias`` of ``span`` seconds: those that overlap the
+        range (on the start column, so the primary key finds them)."""
         clauses: list[str] = []
         params: list = []
         if self.start is not None:
-            clauses.append(f"{alias}.start >= ?")
-            params.append(int(self.start))
+            clauses.append(f"{alias}.start > ?")
+            params.append(int(self.start) - span)
         if self.end is not None:
             clauses.append(f"{alias}.start < ?")
             params.append(int(self.end))
@@ -359,8 +362,8 @@ class Store:
     # -- reading -----------------------------------------------------------------------------
 
     def _rows(self, selection: Selection, columns: str, order: str = "") -> Iterator[tuple]:
-        where, params = selection.where()
         for span, table in TABLES.items():
+            where, params = selection.where("r", span)
             sql = (
                 f"SELECT {span}, s.host, s.target, s.op, r.start, {columns} "
                 f"FROM series s CROSS JOIN {table} r ON r.series = s.id WHERE {where} {order}"
@@ -372,11 +375,13 @@ class Store:
 
     def aggregate_rows(self, selection: Selection) -> Iterator[tuple]:
         """The selection's rows as ``aggregate_rows`` merges them (one query per table), for
-        callers that split one read among several aggregates."""
+        callers that split one read among several aggregates: every record that overlaps
+        the selection's range, whole."""
         return self._rows(selection, AGGREGATE_COLUMNS)
 
     def records(self, selection: Selection = Selection()) -> Iterator[Record]:
-        """Every record of the selection (hours after minutes), each decoded."""
+        """Every record that overlaps the selection (hours after minutes), each decoded and
+        whole."""
         for span, host, target, op, start, count, errors, skipped, s, ss, lo, hi, stuck, blob in (
             self._rows(selection, "r." + _COLUMNS.replace(", ", ", r."), "ORDER BY r.start")
         ):
@@ -430,36 +435,10 @@ AGGREGATE_COLUMNS = "r.count, r.errors, r.skipped, r.sum, r.sumsq, r.min, r.max,
 
 
 def aggregate(stores: Sequence[Store], selection: Selection = Selection()) -> Aggregate:
-    """Merge the selection over several database files (the hosts of a cluster)."""
-    return aggregate_rows(row for store in stores for row in store.aggregate_rows(selection))
-
-
-def aggregate_rows(rows: Iterable[tuple]) -> Aggregate:
-    """Rows of ``Store.aggregate_rows`` (of one file or several) merged into one aggregate."""
-    result = Aggregate()
-    blobs: list[bytes] = []
-    total = total_sq = 0.0
-    lo, hi = math.inf, -math.inf
-    for _, _, _, _, start, count, errors, skipped, s, ss, mn, mx, stuck, blob in rows:
-        blobs.append(blob)
-        result.errors += errors
-        result.skipped += skipped
-        if stuck > result.stuck:
-            result.stuck = stuck
-        result.records += 1
-        if result.first is None or start < result.first:
-            result.first = start
-        if result.last is None or start > result.last:
-            result.last = start
-        if count:
-            total += s
-            total_sq += ss
-            lo = min(lo, mn)
-            hi = max(hi, mx)
-    merged = codec.merge_blobs(blobs)
-    merged.sum, merged.sumsq, merged.min, merged.max = total, total_sq, lo, hi
-    result.histogram = merged
-    return result
+    """Merge the selection over several database files (the hosts of a cluster): the window
+    ``[selection.start, selection.end)``, each record counted by its overlap."""
+    return aggregate_rows((row for store in stores for row in store.aggregate_rows(selection)),
+                          selection.start, selection.end)
 
 
 def expand_paths(patterns: Iterable[str]) -> list[Path]:
