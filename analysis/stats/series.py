@@ -387,8 +387,11 @@ def _quantiles_at(scale: int, blobs, cell_of_row, units, n, count, c_min, c_max,
     width = max((int(g.index.max()) for g in present), default=lowest) - lowest + 1
     lower, upper = mapping_for(scale).bounds(np.arange(lowest, lowest + width))
     value = 2.0 * lower * upper / (lower + upper)
-    # The rank in samples (as ``stats.window.value_at``), compared in units.
-    ranks = {s: np.maximum(1, np.ceil(np.round(q * (count / UNIT), 9))) * UNIT
+    # As ``stats.window.quantile``: the rank in samples where every record is whole (one
+    # sample is UNIT units), the rank in units where the cell cuts a record.
+    cut = np.bincount(cells, weights=weight != UNIT, minlength=n) > 0
+    one = np.where(cut, 1.0, UNIT)
+    ranks = {s: np.maximum(1, np.ceil(np.round(q * (count / one), 9))) * one
              for s, q in wanted.items()}
     step = max(1, _DENSE // width)
     for first in range(0, n, step):
@@ -407,7 +410,7 @@ def _quantiles_at(scale: int, blobs, cell_of_row, units, n, count, c_min, c_max,
             at = np.minimum((cumulative < (r - z)[:, None]).sum(axis=1), width - 1)
             v = np.where(r <= z, 0.0, value[at])
             lo, hi, c = c_min[first:last], c_max[first:last], count[first:last]
-            v = np.where(r >= c, hi, np.where(r <= UNIT, lo, np.clip(v, lo, hi)))
+            v = np.where(r >= c, hi, np.where(r <= one[first:last], lo, np.clip(v, lo, hi)))
             out[s][first:last] = np.where(c > 0, v, np.nan)
     return out
 

@@ -119,10 +119,9 @@ def quantile_ranks(n: int, q: float, confidence: float = 0.95) -> tuple[int, int
 
 def value_at(h: Histogram, r: int, unit: int = 1) -> float:
     """The value of rank ``r`` (1-based, in samples) of a histogram whose counts are samples
-    times ``unit`` (``store.window``): the minimum for rank 1, the maximum from the last
-    rank on, else the bucket where the cumulative count reaches ``r * unit``. With ``unit``
-    1 this is ``Histogram.value_at_rank``; every ``unit`` gives the same value for the same
-    records (``stats.series`` takes it the same way, vectorised)."""
+    times ``unit``: the minimum for rank 1, the maximum from the last rank on, else the
+    bucket where the cumulative count reaches ``r * unit``. With ``unit`` 1 this is
+    ``Histogram.value_at_rank``."""
     if not h.count:
         return math.nan
     if r <= 1:
@@ -133,8 +132,12 @@ def value_at(h: Histogram, r: int, unit: int = 1) -> float:
 
 
 def quantile(agg: Aggregate, q: float) -> float:
-    """The ``q``-quantile of a window (NaN when empty), whole records or cut ones alike."""
-    return value_at(agg.histogram, rank(q, agg.samples), agg.unit)
+    """The ``q``-quantile of a window (NaN when empty). Of whole records: the value of rank
+    ``ceil(q * n)`` (``Histogram.quantile``). Where the window cuts a record (counts in
+    units, ``store.window``): the bucket where the cumulative weight reaches ``q`` of the
+    window's weight, so that a window inside one record has that record's quantile.
+    ``stats.series`` takes both the same way, vectorised."""
+    return value_at(agg.histogram, rank(q, agg.histogram.count))
 
 
 def estimate(agg: Aggregate, statistic: str, confidence: float | None = None) -> Estimate:
@@ -154,7 +157,7 @@ def estimate(agg: Aggregate, statistic: str, confidence: float | None = None) ->
     elif statistic == "max":
         value = h.max if n else math.nan
     else:
-        value = value_at(h, rank(q, samples), unit) if h.count else math.nan
+        value = quantile(agg, q)
         if confidence and n:
             ranks = quantile_ranks(n, q, confidence)
             if ranks is not None:
