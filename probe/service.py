@@ -40,7 +40,7 @@ from apscheduler.triggers.interval import IntervalTrigger
 from slowdown.analysis.alerts import ServiceAlerts
 from slowdown.analysis.config import Config
 from slowdown.analysis.stats import baseline
-from slowdown.analysis.store import Store, schema
+from slowdown.analysis.store import Store, retention, schema
 from slowdown.analysis.store.records import MINUTE, minute_of
 from slowdown.probe.database_claim import Held, Refused, claim_database, lock_database, release
 from slowdown.probe.node import NodeSampler
@@ -186,6 +186,13 @@ class Service:
             moved = self.store().rollup(int(now - self.config.retention))
             if moved:
                 log.info("merged %d minute records older than the retention into hours", moved)
+            keep = self.config.keep
+            removed = retention.prune(self.store(), now, retention.Kept(
+                keep.node, keep.alert_log, keep.sent_alerts, keep.hours))
+            for table, n in sorted(removed.items()):
+                if n:
+                    log.info("removed %d rows of %s older than their retention ([keep])", n,
+                             table)
             made = baseline.maintain(self.store(), now, self.config.baseline.provisional_after,
                                      self.config.statistics)
             for reason in sorted({b.reason for b in made}):

@@ -29,7 +29,7 @@ from slowdown.analysis.config import (
 from slowdown.analysis.config.alert_checks import _ACTION_KEYS, _ALERT_KEYS
 from slowdown.analysis.config.checks import _BASELINE_KEYS, _METRICS_KEYS, _TARGET_KEYS, _TOP_KEYS
 from slowdown.analysis.config.locator import _Locator
-from slowdown.analysis.config.model import ACTION_TYPES, ALERT_KINDS
+from slowdown.analysis.config.model import ACTION_TYPES, ALERT_KINDS, KeepConfig
 from slowdown.analysis.words import OPS, STATISTICS, is_statistic, statistic_quantile
 from slowdown.probe.cli import main
 
@@ -210,6 +210,7 @@ def test_full_file_round_trip(tmp_path, environ):
             ),
         ),
         retention=30 * 86400.0,
+        keep=KeepConfig(node=30 * 86400.0),  # node context follows `retention`
         scale=4,
     )
     assert load_config(path, environ) == expected

@@ -36,6 +36,7 @@ def history(ctx, dbs, targets, hosts, ops, at, since, until, every, statistics, 
     end = minute_of(cli.parse_time_option(until, reader.now, "--until"))
     if start >= end:
         raise click.BadParameter("must be at least a minute before --until", param_hint="--since")
+    reader.check_kept(start, end, "--since")
     step = cli.parse_duration_option(every, "--every")
     if step < 60 or step % 60:
         raise click.BadParameter("must be whole minutes", param_hint="--every")

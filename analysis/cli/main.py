@@ -198,6 +198,7 @@ def main(ctx: click.Context, config_path: Path | None, dbs, targets, hosts, ops,
     collecting = [t for t, ts in states.items() if ts.state == COLLECTING and t not in target_ops]
     if not target_ops and not collecting:
         raise click.ClickException(reader.nothing_to_show())
+    reader.check_kept(reader.now - max(reader.config.windows), reader.now, "--at")
     book = reader.book()
     if wanted is not None:
         results = {}

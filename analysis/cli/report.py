@@ -83,6 +83,7 @@ def report(ctx, dbs, targets, hosts, ops, at, since, until, output, statistics, 
     end = minute_of(cli.parse_time_option(until, reader.now, "--until"))
     if start >= end:
         raise click.BadParameter("must be at least a minute before --until", param_hint="--since")
+    reader.check_kept(start, end, "--since")
     stats = [cli.parse_statistic_option(s) for s in statistics] or list(reader.config.statistics)
     spans = []
     for text in windows:

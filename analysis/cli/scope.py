@@ -115,6 +115,25 @@ class Reader:
         return {t: sorted(ops, key=lambda o: (rank.get(o, 99), o))
                 for t, ops in sorted(found.items())}
 
+    def check_kept(self, start: float, end: float, flag: str) -> None:
+        """Stop with one line where ``[start, end)`` lies wholly before the records the
+        files keep ([keep] hours removed them); say so on stderr where it begins before."""
+        from slowdown.analysis.store.retention import kept_from
+
+        try:
+            cutoff = kept_from(self.stores).get("hours")
+        except StoreError as exc:
+            raise click.ClickException(str(exc)) from None
+        if cutoff is None or start >= cutoff:
+            return
+        files = ", ".join(str(s.path) for s in self.stores)
+        said = f"records before {format_clock(cutoff, self.now)} are removed ([keep] hours)"
+        if end <= cutoff:
+            raise click.ClickException(
+                f"{files}: {said}; {flag} asks for {format_clock(start, self.now)} .. "
+                f"{format_clock(end, self.now)}")
+        click.echo(f"note: {files}: {said}; {flag} begins before", err=True)
+
     def book(self) -> BaselineBook:
         return BaselineBook(self.stores, self.config.baseline.expected)
 

@@ -37,6 +37,7 @@ def stats(ctx, dbs, targets, hosts, ops, at, since, until, as_json, provision, c
     end = cli.parse_time_option(until, reader.now, "--until")
     if start >= end:
         raise click.BadParameter("must be before --until", param_hint="--since")
+    reader.check_kept(start, end, "--since")
     goal, level = parse_provision_options(provision, confidence)
     rows, doc = [], []
     for target, target_ops in reader.target_ops().items():

@@ -29,6 +29,7 @@ from slowdown.analysis.config.model import (
     MIB,
     BaselineConfig,
     Config,
+    KeepConfig,
     MetricsConfig,
     Target,
 )
@@ -42,6 +43,7 @@ from slowdown.analysis.config.values import (
     _as_size,
     _as_statistic,
     _choice,
+    _kept,
     _parse_listen,
     _positive_duration,
     _window,
@@ -60,11 +62,13 @@ _TOP_KEYS = (
     "abandon_after",
     "allow_network_database",
     "baseline",
+    "keep",
     "target",
     "metrics",
     "alert",
 )
 _BASELINE_KEYS = ("period", "expected", "provisional_after")
+_KEEP_KEYS = ("node", "alert_log", "sent_alerts", "hours")
 _TARGET_KEYS = ("name", "path", "data_file", "data_size", "write_size", "pool_files",
                 "pool_dirs", "object_size")
 _METRICS_KEYS = ("listen",)
@@ -99,6 +103,7 @@ class _Checker(_AlertChecks):
         abandon_after = self.get(data, "abandon_after", (), _positive_duration,
                                  DEFAULT_ABANDON_AFTER)
         baseline = self.baseline(data)
+        keep = self.keep(data, retention)
         targets = self.targets(data)
         metrics = self.metrics(data)
         alerts = self.alerts(data, self.target_names)
@@ -119,6 +124,7 @@ class _Checker(_AlertChecks):
             scale=scale,
             abandon_after=abandon_after,
             allow_network_database=allow_network_database,
+            keep=keep,
         )
 
     def baseline(self, data: Mapping[str, Any]) -> BaselineConfig:
@@ -134,6 +140,30 @@ class _Checker(_AlertChecks):
             table, "provisional_after", path, _as_duration, default.provisional_after
         )
         return BaselineConfig(period=period, expected=expected, provisional_after=provisional)
+
+    def keep(self, data: Mapping[str, Any], retention: object) -> KeepConfig:
+        """[keep]: how long each growing table keeps its rows; node context as long as the
+        minute records unless said, hourly records for good unless said (then longer than
+        the minute records, which become hours)."""
+        minutes = retention if isinstance(retention, float) else DEFAULT_RETENTION
+        default = KeepConfig(node=minutes)
+        table = self.table(data, "keep", ())
+        if table is None:
+            return default
+        path: KeyPath = ("keep",)
+        self.unknown_keys(table, _KEEP_KEYS, path)
+        values = {}
+        for key in ("node", "alert_log", "sent_alerts", "hours"):
+            value = self.get(table, key, path, _kept, getattr(default, key))
+            if isinstance(value, float) and value < 3600:
+                self.error((*path, key), f"must be at least 1h; got {format_duration(value)}")
+            values[key] = value
+        hours = values["hours"]
+        if isinstance(hours, float) and hours <= minutes:
+            self.error((*path, "hours"), f"must be longer than retention "
+                       f"({format_duration(minutes)}), after which minutes become hours; got "
+                       f"{format_duration(hours)}")
+        return KeepConfig(**{k: v for k, v in values.items() if v is not _MISSING})
 
     def targets(self, data: Mapping[str, Any]) -> list[Target]:
         entries = self.array_of_tables(data, "target")

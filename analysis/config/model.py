@@ -131,6 +131,17 @@ class BaselineConfig:
 
 
 @dataclass(frozen=True)
+class KeepConfig:
+    """How long the tables that grow keep their rows (seconds; None: for good). Minute
+    records are kept ``Config.retention`` and then merged into hours (``hours``)."""
+
+    node: float = 90 * 86400.0  # node context per minute (default: as ``retention``)
+    alert_log: float = 365 * 86400.0  # the record of every notification sent
+    sent_alerts: float = 30 * 86400.0  # outbox messages delivered or given up
+    hours: float | None = None  # hourly records
+
+
+@dataclass(frozen=True)
 class MetricsConfig:
     listen_host: str = "127.0.0.1"
     listen_port: int = 9877
@@ -200,6 +211,7 @@ class Config:
     # The service refuses a database on a network or cluster filesystem (SQLite's WAL needs a
     # local one) unless this says that only this node ever writes it.
     allow_network_database: bool = False
+    keep: KeepConfig = KeepConfig()
 
     def target(self, name: str) -> Target:
         """The target of that name; KeyError when there is none."""

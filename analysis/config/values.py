@@ -111,6 +111,17 @@ def _as_duration(value: object) -> float:
         raise _Invalid(str(error)) from None
 
 
+def _kept(value: object) -> float | None:
+    """How long rows are kept: a duration, or "forever" (None: kept for good)."""
+    if value == "forever":
+        return None
+    try:
+        return _as_duration(value)
+    except _Invalid:
+        raise _Invalid(f'expected a duration like "90d" or "forever"; got {_describe(value)}') \
+            from None
+
+
 def _positive_duration(value: object) -> float:
     seconds = _as_duration(value)
     if seconds <= 0:
