@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import re
 import time
-from datetime import datetime, timezone
+from datetime import datetime
 from decimal import Decimal
 
 DURATION_EXAMPLE = "1s, 10m, 1h, 30d"
@@ -190,9 +190,12 @@ def format_size(n: int) -> str:
 
 
 def parse_time(text: str, now: float) -> float:
-    """A point in time: ``now``, a duration ago (``10m``, ``1d``), ``@EPOCH``, or an ISO 8601
-    date or time (``2026-11-20``, ``2026-11-20T08:00``, ``...Z`` or ``...+01:00``; without a
-    zone it is UTC)."""
+    """A point in time, read as ``date -d`` reads it: ``now``, a duration ago (``10m``, ``1d``,
+    also written ``-10m``), ``@EPOCH``, or an ISO 8601 date or time (``2026-11-20``,
+    ``2026-11-20T08:00`` or ``2026-11-20 08:00``) in local time unless it carries a zone
+    (``...Z`` or ``...+01:00``). A local time that a DST change skips does not exist and is
+    refused; one that it repeats is the first of the two (as ``date`` and ``mktime`` have it).
+    """
     value = str(text).strip()
     if value == "now":
         return now
@@ -203,7 +206,7 @@ def parse_time(text: str, now: float) -> float:
             raise ValueError(f"expected @ and unix seconds; got {text!r}") from None
         return _moment(seconds, text)
     try:
-        ago = parse_duration(value)
+        ago = parse_duration(value[1:] if value.startswith("-") else value)
     except ValueError:
         pass
     else:
@@ -213,11 +216,19 @@ def parse_time(text: str, now: float) -> float:
         moment = datetime.fromisoformat(iso)
     except ValueError:
         raise ValueError(
-            f"expected a time like 2026-11-20T08:00, @1795000000 or a duration ago like 1h; "
-            f"got {text!r}") from None
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=timezone.utc)
-    return _moment(moment.timestamp(), text)
+            f"expected a time like 2026-11-20T08:00 (local time), 2026-11-20T08:00Z, "
+            f"@1795000000 or a duration ago like 1h; got {text!r}") from None
+    if moment.tzinfo is not None:
+        return _moment(moment.timestamp(), text)
+    seconds = time.mktime((*moment.timetuple()[:8], -1)) + moment.microsecond / 1e6
+    if datetime.fromtimestamp(seconds).replace(microsecond=moment.microsecond) != moment:
+        raise ValueError(f"{text!r} does not exist in the local time zone ({_zone_names()}): "
+                         f"a DST change skips it; give a zone (Z or +01:00) or @epoch")
+    return _moment(seconds, text)
+
+
+def _zone_names() -> str:
+    return "/".join(dict.fromkeys(time.tzname))
 
 
 def _moment(seconds: float, text: str) -> float:

@@ -381,7 +381,8 @@ def read_options(func: Callable) -> Callable:
         click.option("--op", "ops", multiple=True, metavar="GLOB",
                      help="Only these ops, e.g. 'md-*' (repeatable)."),
         click.option("--at", "at", default=None, metavar="TIME",
-                     help="Look at a past moment: ISO time, @epoch or a duration ago."),
+                     help="Look at a past moment, read as `date -d` reads it: an ISO time (local "
+                          "unless it ends in Z or +HH:MM), @epoch or a duration ago (2h, -2h)."),
     ]
     for option in reversed(options):
         func = option(func)

@@ -3,7 +3,6 @@ quartiles, max), and with ``--provision`` the nodes an aggregate needs."""
 
 from __future__ import annotations
 
-import datetime as dt
 import math
 
 import click
@@ -14,7 +13,7 @@ from slowdown.analysis.cli.provision import parse_provision_options, provision_o
 from slowdown.analysis.cli.scope import read_options
 from slowdown.analysis.stats.window import quantile
 from slowdown.analysis.store import Selection, aggregate
-from slowdown.analysis.units import format_latency
+from slowdown.analysis.units import format_clock, format_latency
 
 STATS_COLUMNS = ("count", "errors", "mean", "std", "min", "25%", "50%", "75%", "max")
 
@@ -55,8 +54,7 @@ def stats(ctx, dbs, targets, hosts, ops, at, since, until, as_json, provision, c
                         "stuck": agg.stuck, **{k: clean(v) for k, v in values.items()}})
             rows.append([target, op, values["count"], values["errors"],
                          *(format_latency(values[k]) for k in STATS_COLUMNS[2:])])
-    span = (f"{dt.datetime.fromtimestamp(start):%Y-%m-%d %H:%M} .. "
-            f"{dt.datetime.fromtimestamp(end):%Y-%m-%d %H:%M}")
+    span = f"{format_clock(start, 0.0)} .. {format_clock(end, 0.0)}"  # dates, local zone
     planned = None
     if goal is not None:
         figures = prov.per_node_figures(reader.stores, Selection(

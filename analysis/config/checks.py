@@ -42,6 +42,7 @@ from slowdown.analysis.config.values import (
     _as_name,
     _as_size,
     _as_statistic,
+    _as_zone,
     _choice,
     _kept,
     _parse_listen,
@@ -67,7 +68,7 @@ _TOP_KEYS = (
     "metrics",
     "alert",
 )
-_BASELINE_KEYS = ("period", "expected", "provisional_after")
+_BASELINE_KEYS = ("period", "expected", "provisional_after", "zone")
 _KEEP_KEYS = ("node", "alert_log", "sent_alerts", "hours")
 _TARGET_KEYS = ("name", "path", "data_file", "data_size", "write_size", "pool_files",
                 "pool_dirs", "object_size")
@@ -139,7 +140,9 @@ class _Checker(_AlertChecks):
         provisional = self.get(
             table, "provisional_after", path, _as_duration, default.provisional_after
         )
-        return BaselineConfig(period=period, expected=expected, provisional_after=provisional)
+        zone = self.get(table, "zone", path, _as_zone, default.zone)
+        return BaselineConfig(period=period, expected=expected, provisional_after=provisional,
+                              zone=zone)
 
     def keep(self, data: Mapping[str, Any], retention: object) -> KeepConfig:
         """[keep]: how long each growing table keeps its rows; node context as long as the

@@ -7,6 +7,7 @@ the environment; ``DataSize`` refuses a size it cannot stand for, even when buil
 
 from __future__ import annotations
 
+import datetime as dt
 import math
 import re
 from collections.abc import Mapping
@@ -128,6 +129,26 @@ class BaselineConfig:
     period: str = "month"
     expected: str = "same"
     provisional_after: float = 86400.0
+    zone: str = "local"  # whose calendar months: "local" (the node's), "UTC" or an IANA name
+
+    def tzinfo(self) -> dt.tzinfo | None:
+        """The zone of the months (None: the process's local zone)."""
+        return zone_info(self.zone)
+
+
+def zone_info(name: str) -> dt.tzinfo | None:
+    """``"local"`` -> None, ``"UTC"`` -> UTC, else the IANA zone (ValueError if unknown)."""
+    if name == "local":
+        return None
+    if name.upper() == "UTC":
+        return dt.timezone.utc
+    from zoneinfo import ZoneInfo
+
+    try:
+        return ZoneInfo(name)
+    except (ValueError, OSError, LookupError):  # ZoneInfoNotFoundError is a KeyError
+        raise ValueError(f"unknown time zone {name!r}; use \"local\", \"UTC\" or a name "
+                         f"like \"Europe/Berlin\"") from None
 
 
 @dataclass(frozen=True)

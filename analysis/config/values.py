@@ -111,6 +111,19 @@ def _as_duration(value: object) -> float:
         raise _Invalid(str(error)) from None
 
 
+def _as_zone(value: object) -> str:
+    """A time zone: "local", "UTC" or an IANA name known to this system."""
+    from slowdown.analysis.config.model import zone_info
+
+    if not isinstance(value, str):
+        raise _Invalid(f'expected "local", "UTC" or a zone name; got {_describe(value)}')
+    try:
+        zone_info(value)
+    except ValueError as error:
+        raise _Invalid(str(error)) from None
+    return value
+
+
 def _kept(value: object) -> float | None:
     """How long rows are kept: a duration, or "forever" (None: kept for good)."""
     if value == "forever":

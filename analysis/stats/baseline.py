@@ -1,7 +1,8 @@
 """Baselines: the expected value of each (target, op, statistic), kept with its validity period.
 
-- Monthly: when a UTC month ends, the previous month's data gives the baselines in force from
-  the first of the new month (``maintain``, called by the service after its minute flush).
+- Monthly: when a calendar month ends (in the zone of ``[baseline] zone``: the node's local
+  zone by default), the previous month's data gives the baselines in force from the first of
+  the new month (``maintain``, called by the service after its minute flush).
 - Initial: once ``provisional_after`` (24 h) of data exist and no baseline does, one is made
   from all the data so far, in force from then on.
 - On demand: ``rebaseline`` (``slowdown rebaseline --reason ...``) after a system change.
@@ -14,7 +15,6 @@ baseline in force and a past slowdown is computed against the baseline of its ti
 
 from __future__ import annotations
 
-import calendar
 import datetime as dt
 import math
 import time
@@ -42,14 +42,18 @@ class Baseline:
     reason: str | None = None
 
 
-def month_start(t: float) -> int:
-    """Start of the UTC calendar month holding ``t``."""
-    d = dt.datetime.fromtimestamp(t, dt.timezone.utc)
-    return calendar.timegm((d.year, d.month, 1, 0, 0, 0))
+def month_start(t: float, zone: dt.tzinfo | None = None) -> int:
+    """Start of the calendar month holding ``t`` in ``zone`` (None: the local zone of this
+    process, which for the service is the node's; see ``[baseline] zone``)."""
+    d = dt.datetime.fromtimestamp(t, zone)
+    first = d.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+    if zone is None:  # local midnight, found by mktime as ``date`` finds it
+        return int(time.mktime((first.year, first.month, 1, 0, 0, 0, 0, 0, -1)))
+    return int(first.timestamp())
 
 
-def previous_month_start(start: int) -> int:
-    return month_start(start - 1)
+def previous_month_start(start: int, zone: dt.tzinfo | None = None) -> int:
+    return month_start(start - 1, zone)
 
 
 def compute(stores: Sequence[Store], target: str, op: str, statistics: Iterable[str],
@@ -128,17 +132,18 @@ def _statistics(extra: Iterable[str]) -> list[str]:
 
 
 def maintain(store: Store, now: float, provisional_after: float = 86400.0,
-             statistics: Iterable[str] = ()) -> list[Baseline]:
-    """Make the monthly and initial baselines that are due; returns what it saved."""
+             statistics: Iterable[str] = (), zone: dt.tzinfo | None = None) -> list[Baseline]:
+    """Make the monthly and initial baselines that are due (months of ``zone``, see
+    ``month_start``); returns what it saved."""
     stats = _statistics(statistics)
     existing = load(store)
-    this_month = month_start(now)
+    this_month = month_start(now, zone)
     made: list[Baseline] = []
     for (target, op), (first, end) in sorted(_span(store).items()):
         mine = [b for b in existing if (b.target, b.op) == (target, op)]
         if first < this_month and not any(b.valid_from == this_month for b in mine):
             # The month that just ended, from its start or since the last manual rebaseline.
-            start = previous_month_start(this_month)
+            start = previous_month_start(this_month, zone)
             manual = [b.valid_from for b in mine if b.reason not in ("monthly", "initial")
                       and start <= b.valid_from < this_month]
             start = max([start, first, *manual])
