@@ -13,6 +13,7 @@ from slowdown.analysis.cli.provision import parse_provision_options, provision_o
 from slowdown.analysis.cli.scope import read_options
 from slowdown.analysis.stats.window import quantile
 from slowdown.analysis.store import Selection, aggregate
+from slowdown.analysis.store.records import MINUTE
 from slowdown.analysis.units import format_clock, format_latency
 
 STATS_COLUMNS = ("count", "errors", "mean", "std", "min", "25%", "50%", "75%", "max")
@@ -36,6 +37,9 @@ def stats(ctx, dbs, targets, hosts, ops, at, since, until, as_json, provision, c
     end = cli.parse_time_option(until, reader.now, "--until")
     if start >= end:
         raise click.BadParameter("must be before --until", param_hint="--since")
+    # Whole minutes that begin in [--since, --until): the current minute is in with what it
+    # holds so far, and a window never cuts a minute record (hour records: by overlap).
+    start, end = (-(-int(t) // MINUTE) * MINUTE for t in (start, end))
     reader.check_kept(start, end, "--since")
     goal, level = parse_provision_options(provision, confidence)
     rows, doc = [], []
