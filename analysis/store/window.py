@@ -22,13 +22,15 @@ def aggregate_rows(rows: Iterable[tuple], start: int | None = None,
     """Rows of ``Store.aggregate_rows`` (of one file or several) merged into the aggregate of
     the window ``[start, end)`` (open where None): a record that the window cuts counts by
     its overlap (``records.overlap_units``), one outside it not at all."""
-    rows, units = list(rows), []
-    if start is not None or end is not None:
+    rows = list(rows)
+    first = -math.inf if start is None else start
+    last = math.inf if end is None else end
+    if any(r[4] < first or r[4] + r[0] > last for r in rows):  # some not wholly inside
         units = [overlap_units(r[4], r[0], start, end) for r in rows]
         rows = [r for r, u in zip(rows, units) if u]
         units = [u for u in units if u]
-    if any(u != UNIT for u in units):
-        return _weighted(rows, units)
+        if any(u != UNIT for u in units):
+            return _weighted(rows, units)
     result = Aggregate()
     blobs: list[bytes] = []
     total = total_sq = 0.0
