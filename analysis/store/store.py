@@ -21,6 +21,7 @@ from urllib.parse import quote
 
 from slowdown.analysis.histogram import Histogram, codec
 from slowdown.analysis.store import schema
+from slowdown.analysis.store.open_files import READERS
 from slowdown.analysis.store.records import (
     HOUR,
     MINUTE,
@@ -205,6 +206,7 @@ class Store:
         self._series: dict[tuple[str, str, str], int] = {}
         self._timeout, self._check_same_thread = timeout, check_same_thread
         self._watch_wal: str | None = None  # an immutable reader's cue to reconnect
+        self._released = False  # a reader closed by the bound on open files (open_files.py)
         try:
             if readonly:
                 if not self.path.exists():
@@ -213,8 +215,9 @@ class Store:
             else:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
                 self._conn = self._connect(self.path)
-            version = schema.check(self.conn, str(self.path))  # before anything is written
+            version = schema.check(self._conn, str(self.path))  # before anything is written
             if readonly:
+                READERS.using(self)
                 if version != schema.VERSION:
                     raise StoreError(
                         f"{self.path}: schema version {version}, this slowdown reads "
@@ -225,9 +228,17 @@ class Store:
                 self.conn.execute("PRAGMA synchronous = FULL")
                 schema.migrate(self.conn, str(self.path), progress=migration_progress)
         except schema.SchemaError as exc:
+            self._abandon()
             raise StoreError(str(exc)) from None
         except sqlite3.DatabaseError as exc:
+            self._abandon()
             raise StoreError(f"{self.path}: {exc}") from None
+
+    def _abandon(self) -> None:
+        """A file refused while opening: its connection (if any) closed at once."""
+        if hasattr(self, "_conn"):
+            READERS.forget(self)
+            self._conn.close()
 
     def _connect(self, database: str | Path, uri: bool = False) -> sqlite3.Connection:
         conn = sqlite3.connect(database, uri=uri, timeout=self._timeout, isolation_level=None,
@@ -249,12 +260,25 @@ class Store:
         a writer has started (its ``-wal`` file appeared): an immutable connection would never
         see what the writer commits. The old connection is left to close when its last cursor
         goes, so a query running on it ends undisturbed."""
-        if self._watch_wal is not None and os.path.exists(self._watch_wal):
+        if self._released:  # closed to bound the open files: open again
+            self._released = False
             self._conn = self._connect_reader()
+        elif self._watch_wal is not None and os.path.exists(self._watch_wal):
+            self._conn = self._connect_reader()
+        if self.readonly:
+            READERS.using(self)
         return self._conn
+
+    def release(self) -> None:
+        """Close a reader's connection until it is next used (open_files.py)."""
+        if not self._released:
+            self._released = True
+            self._conn.close()
 
     def close(self) -> None:
         self._watch_wal = None
+        READERS.forget(self)
+        self._released = False
         self._conn.close()
 
     def __enter__(self) -> Store:
