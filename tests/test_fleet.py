@@ -222,3 +222,23 @@ def test_many_files_are_read_with_few_descriptors(three_hosts):
         [sys.executable, "-m", "slowdown.analysis.cli", "--json", "--db", glob, "--at", AT],
         capture_output=True, text=True, timeout=300, preexec_fn=low_nofile).stdout)
     assert (doc["merged"]["files"], doc["merged"]["reporting"]) == (FILES, FILES)
+
+
+def test_nested_windows_over_many_files_are_each_windows_merge(three_hosts):
+    """The windows a cluster's ``slowdown`` reads at once equal each window read alone."""
+    from slowdown.analysis.store import Selection, aggregate
+    from slowdown.analysis.store.windows import nested_windows
+
+    stores = [Store(path, readonly=True) for path in sorted(three_hosts.glob("n*.db"))]
+    end = NOV + 100 * 60
+    found = nested_windows(stores, Selection(), end, [60, 600, 3600])
+    assert {key[:2] for key in found} == {("work", "md-stat"), ("work", "md-read")}
+    for (target, op, span), agg in found.items():
+        alone = aggregate(stores, Selection(targets=(target,), ops=(op,), start=end - span,
+                                            end=end))
+        assert agg.histogram == alone.histogram
+        assert (agg.records, agg.first, agg.last, agg.errors, agg.stuck) == \
+            (alone.records, alone.first, alone.last, alone.errors, alone.stuck)
+        assert agg.histogram.sum == pytest.approx(alone.histogram.sum, rel=1e-12)
+        assert (agg.histogram.min, agg.histogram.max) == (alone.histogram.min,
+                                                          alone.histogram.max)
