@@ -101,6 +101,11 @@ def pair_dtype(flags: int) -> np.dtype:
     return np.dtype([("i", "<" + fmt[0]), ("c", "<" + fmt[1])])
 
 
+def moments_of(blob: bytes) -> tuple | None:
+    """``(sum, sumsq, min, max)`` carried by the blob, or None (stored elsewhere)."""
+    return _header(blob)[3]
+
+
 def decode_pairs(blob: bytes) -> tuple[int, int, dict[int, int], tuple | None]:
     """``(scale, zero_count, {index: count}, moments-or-None)``, in pure Python."""
     flags, scale, zero, moments, offset = _header(blob)

@@ -234,6 +234,23 @@ def _in_force(rows: Sequence[Baseline], target: str, op: str, statistic: str,
     return found
 
 
+def _stored_merge(parts: Sequence[tuple[bytes | None, Store, Baseline]]) -> Histogram:
+    """The merge of baselines' histograms: the stored ones (blobs with their moments) at
+    once; one without (made before schema 6 from records since pruned) from whatever
+    records of its period its file still holds."""
+    blobs = [blob for blob, _, _ in parts if blob is not None]
+    merged = codec.merge_blobs(blobs)
+    moments = [codec.moments_of(blob) for blob in blobs]
+    merged.sum = math.fsum(m[0] for m in moments)
+    merged.sumsq = math.fsum(m[1] for m in moments)
+    merged.min = min((m[2] for m in moments), default=math.inf)
+    merged.max = max((m[3] for m in moments), default=-math.inf)
+    for blob, store, b in parts:
+        if blob is None:
+            merged.merge(_completed([store], b.target, b.op, b.data_from, b.data_to).histogram)
+    return merged
+
+
 class BaselineBook:
     """Finds the baseline in force at a time, for one file or a cluster of files.
 
@@ -248,6 +265,12 @@ class BaselineBook:
         self.mode = expected
         self.books: list[list[Baseline]] = [load(store) for store in self.stores]
         self.rows: list[Baseline] = self.books[0] if self.books else []
+        self._index: list[dict[tuple[str, str, str], list[Baseline]]] = []
+        for rows in self.books:  # each file's baselines by (target, op, statistic)
+            index: dict[tuple[str, str, str], list[Baseline]] = {}
+            for b in rows:
+                index.setdefault((b.target, b.op, b.statistic), []).append(b)
+            self._index.append(index)
         self._histograms: list[dict[PeriodKey, bytes]] = (
             [load_histograms(store) for store in self.stores] if len(self.stores) > 1 else [])
         self._aggregates: dict[tuple[str, str, int, int], Aggregate] = {}
@@ -266,20 +289,18 @@ class BaselineBook:
 
     def _cluster(self, target: str, op: str, statistic: str, at: float) -> Expected | None:
         """The merge of the baselines in force at ``at`` on each host."""
-        found = [(i, b) for i, rows in enumerate(self.books)
-                 if (b := _in_force(rows, target, op, statistic, at)) is not None]
+        wanted = (target, op, statistic)
+        found = [(i, b) for i, index in enumerate(self._index)
+                 if (b := _in_force(index.get(wanted, ()), target, op, statistic, at))
+                 is not None]
         if not found:
             return None
         key = (target, op, tuple((i, b.data_from, b.data_to) for i, b in found))
         agg = self._clusters.get(key)
         if agg is None:
-            agg = Aggregate()
-            for i, b in found:
-                blob = self._histograms[i].get((target, op, b.data_from, b.data_to))
-                h = codec.decode(blob) if blob is not None else \
-                    _completed([self.stores[i]], target, op, b.data_from, b.data_to).histogram
-                agg.histogram.merge(h)
-            self._clusters[key] = agg
+            agg = self._clusters[key] = Aggregate(_stored_merge(
+                [(self._histograms[i].get((target, op, b.data_from, b.data_to)),
+                  self.stores[i], b) for i, b in found]))
         rows = _estimates(agg, [statistic])
         if not rows or math.isnan(rows[0][1]):
             return None

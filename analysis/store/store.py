@@ -17,11 +17,10 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import quote
 
 from slowdown.analysis.histogram import Histogram, codec
 from slowdown.analysis.store import schema
-from slowdown.analysis.store.open_files import READERS
+from slowdown.analysis.store.open_files import READERS, read_only_uri
 from slowdown.analysis.store.records import (
     HOUR,
     MINUTE,
@@ -169,31 +168,6 @@ def _upsert(table: str) -> str:
     """
 
 
-def read_only_uri(path: Path) -> str:
-    """The URI of a reader's connection: read-only, and creating nothing beside the file.
-
-    A WAL database whose writer has gone has no ``-wal`` file; a read-only connection would
-    create ``-wal`` and ``-shm`` files beside it (and leave them there), or fail where it may
-    not write. Without a ``-wal`` file every committed page is in the file itself, so such a
-    database is opened ``immutable``. The path is quoted: ``#`` and ``?`` are URI syntax.
-    """
-    resolved = path.resolve()
-    uri = f"file:{quote(str(resolved))}?mode=ro"
-    if not Path(f"{resolved}-wal").exists() and _is_wal(resolved):
-        uri += "&immutable=1"
-    return uri
-
-
-def _is_wal(path: Path) -> bool:
-    """Whether the file's header says WAL mode (read and write versions 2, bytes 18-19)."""
-    try:
-        with open(path, "rb") as f:
-            header = f.read(20)
-    except OSError:
-        return False
-    return header[:16] == b"SQLite format 3\x00" and header[18:20] == b"\x02\x02"
-
-
 class Store:
     """One database file. Writers migrate the schema forward; readers only check it."""
 
@@ -207,6 +181,7 @@ class Store:
         self._timeout, self._check_same_thread = timeout, check_same_thread
         self._watch_wal: str | None = None  # an immutable reader's cue to reconnect
         self._released = False  # a reader closed by the bound on open files (open_files.py)
+        self._uri: str | None = None
         try:
             if readonly:
                 if not self.path.exists():
@@ -250,9 +225,12 @@ class Store:
         return conn
 
     def _connect_reader(self) -> sqlite3.Connection:
-        uri = read_only_uri(self.path)
-        self._watch_wal = f"{self.path.resolve()}-wal" if "immutable=1" in uri else None
-        return self._connect(uri, uri=True)
+        """(Again after a release: an immutable URI is kept while no writer has started.)"""
+        if self._uri is None or os.path.exists(self._watch_wal or ""):
+            uri = read_only_uri(self.path)
+            self._watch_wal = f"{self.path.resolve()}-wal" if "immutable=1" in uri else None
+            self._uri = uri if self._watch_wal is not None else None
+        return self._connect(self._uri or uri, uri=True)
 
     @property
     def conn(self) -> sqlite3.Connection:
