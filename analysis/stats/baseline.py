@@ -239,7 +239,7 @@ def _stored_merge(parts: Sequence[tuple[bytes | None, Store, Baseline]]) -> Hist
     once; one without (made before schema 6 from records since pruned) from whatever
     records of its period its file still holds."""
     blobs = [blob for blob, _, _ in parts if blob is not None]
-    merged = codec.merge_blobs(blobs)
+    merged = codec.merge_blobs(blobs, vector_from=16)  # a month's blob: hundreds of buckets
     moments = [codec.moments_of(blob) for blob in blobs]
     merged.sum = math.fsum(m[0] for m in moments)
     merged.sumsq = math.fsum(m[1] for m in moments)
