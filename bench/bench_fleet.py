@@ -23,7 +23,8 @@ once into ``--dir`` and reused; a fleet of N hosts is a directory of N links to 
 and ``report --since 7d`` at N = 1, 8, 64, 128; and 4,096 small host files (two hours each,
 with a baseline) read by ``slowdown`` and ``check`` under ``ulimit -n 256``. Each cell is
 the median of ``--runs`` rounds, the commands interleaved in an order rotated each round;
-peak RSS from one more run under GNU time.
+peak RSS the largest GNU time saw in those runs. History and report at 128 hosts run for
+minutes each: by default once (``--wide-runs``), slowdown and check three times (``--runs``).
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ from pathlib import Path
 import numpy as np
 
 from bench import bench_read
-from bench.bench_read import Command, fmt_time, peak_memory, source_state, utc_now
+from bench.bench_read import Command, fmt_time, source_state, utc_now
 from slowdown.analysis.histogram import Histogram, codec
 from slowdown.analysis.stats import baseline
 from slowdown.analysis.store import Store, schema
@@ -237,36 +238,37 @@ def command_rows(directory: Path, sizes: list[int], wide: list[int], small: Path
     return rows
 
 
-def run_once(command: Command, limited: bool) -> float:
+def run_once(command: Command, limited: bool, scratch: Path) -> tuple[float, int | None]:
+    """Wall time from the fork to the exit, and peak RSS (GNU time's), of one run."""
+    rss_file = scratch / "rss.txt"
     began = time.perf_counter()
-    done = subprocess.run(command.argv, env=command.env, stdin=subprocess.DEVNULL,
-                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                          preexec_fn=low_nofile if limited else None)
+    done = subprocess.run(["/usr/bin/time", "-o", str(rss_file), "-f", "%M", *command.argv],
+                          env=command.env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                          stderr=subprocess.PIPE, preexec_fn=low_nofile if limited else None)
     took = time.perf_counter() - began
     if done.returncode not in (0, 1, 2) or (done.returncode and "check" not in command.key):
         raise SystemExit(f"{' '.join(command.argv)}: exit {done.returncode}: "
                          f"{done.stderr.decode(errors='replace')[-2000:]}")
-    return took
+    text = rss_file.read_text().strip().splitlines()[-1:] or [""]
+    return took, int(text[0]) * 1024 if text[0].isdigit() else None
 
 
-def peak(command: Command, limited: bool) -> int | None:
-    if not limited:
-        return peak_memory(command)
-    done = subprocess.run(["/usr/bin/time", "-f", "%M", *command.argv], env=command.env,
-                          stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                          stderr=subprocess.PIPE, text=True, preexec_fn=low_nofile)
-    last = done.stderr.strip().splitlines()[-1:] or [""]
-    return int(last[0]) * 1024 if last[0].isdigit() else None
-
-
-def measure(rows: list[tuple[str, int, Command]], runs: int) -> tuple[dict, dict]:
+def measure(rows: list[tuple[str, int, Command]], runs: int, wide_runs: int,
+            scratch: Path) -> tuple[dict, dict]:
+    """``runs`` rounds of slowdown and check, the first ``wide_runs`` of them with history
+    and report too; the commands of a round in an order rotated round by round."""
     times: dict[str, list[float]] = {c.key: [] for _, _, c in rows}
-    for r in range(runs):
-        shift = r % len(rows)
-        for kind, _, command in rows[shift:] + rows[:shift]:
-            times[command.key].append(run_once(command, kind.endswith("-small")))
-        print(f"round {r + 1}/{runs} done", file=sys.stderr)
-    memory = {c.key: peak(c, kind.endswith("-small")) for kind, _, c in rows}
+    memory: dict[str, int | None] = {c.key: None for _, _, c in rows}
+    for r in range(max(runs, wide_runs)):
+        now = [row for row in rows if r < (wide_runs if row[0] in ("history", "report")
+                                           else runs)]
+        shift = r % len(now)
+        for kind, _, command in now[shift:] + now[:shift]:
+            took, rss = run_once(command, kind.endswith("-small"), scratch)
+            times[command.key].append(took)
+            if rss is not None:
+                memory[command.key] = max(memory[command.key] or 0, rss)
+        print(f"round {r + 1} done", file=sys.stderr)
     return times, memory
 
 
@@ -337,7 +339,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true",
                         help="2 days, 1, 2 and 4 hosts, 64 small files, 1 round (smoke test)")
     parser.add_argument("--dir", type=Path, default=DEFAULT_DIR)
-    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--runs", type=int, default=3, help="rounds of slowdown and check")
+    parser.add_argument("--wide-runs", type=int, default=1,
+                        help="rounds of history and report (each run long at 128 hosts)")
     parser.add_argument("--hosts", default="1,8,64,512", help="fleet sizes of slowdown, check")
     parser.add_argument("--wide", default="1,8,64,128", help="fleet sizes of history, report")
     parser.add_argument("--small", type=int, default=4096, help="small files (ulimit -n 256)")
@@ -350,6 +354,7 @@ def main(argv: list[str] | None = None) -> int:
     wide = [1, 2] if args.quick else [int(n) for n in args.wide.split(",") if n]
     small_count = 64 if args.quick else args.small
     runs = 1 if args.quick else args.runs
+    wide_runs = 1 if args.quick else args.wide_runs
     minute_days = 1 if args.quick else args.minute_days
     directory = args.dir
     directory.mkdir(parents=True, exist_ok=True)
@@ -369,11 +374,14 @@ def main(argv: list[str] | None = None) -> int:
     env.update(PYTHONPYCACHEPREFIX=str(directory / "pycache"),
                SLOWDOWN_CONFIG=str(bench_read.write_config(directory, directory / "none.db")))
     rows = command_rows(directory, sizes, wide, small, end, env)
-    for kind, _, command in rows:  # warm-up, and a failure before any timing
-        run_once(command, kind.endswith("-small"))
-    times, memory = measure(rows, runs)
+    for kind, _, command in rows:  # a warm-up of the short ones: a failure before any timing
+        if kind not in ("history", "report"):
+            run_once(command, kind.endswith("-small"), directory)
+    times, memory = measure(rows, runs, wide_runs, directory)
     print(f"# fleet benchmark, {utc_now()}\n")
-    print(f"{source_state()}; load average {bench_read.load_average()}; {runs} rounds\n")
+    print(f"{source_state()}; load average {bench_read.load_average()}; {runs} rounds of "
+          f"slowdown and check, {wide_runs} of history and report; {bench_read.environment(None)}"
+          "\n")
     print(f"fleet: {sizes_of(every)}; small files: "
           f"{sizes_of(sorted(small.glob('*.db'))) if small else 'none'}\n")
     print(tables(rows, times, memory))
