@@ -242,3 +242,16 @@ def test_nested_windows_over_many_files_are_each_windows_merge(three_hosts):
         assert agg.histogram.sum == pytest.approx(alone.histogram.sum, rel=1e-12)
         assert (agg.histogram.min, agg.histogram.max) == (alone.histogram.min,
                                                           alone.histogram.max)
+
+
+def test_rebaseline_over_several_files_does_each(three_hosts):
+    (three_hosts / "foreign.db").write_text("not a database at all\n" * 100)
+    code, out = run("rebaseline", "--db", str(three_hosts / "*.db"), "--reason", "new OSTs",
+                    "--from", "2026-11-01T00:00:00Z", "--to", "2026-11-01T00:30:00Z")
+    assert code == 1
+    assert f"{three_hosts / 'foreign.db'}: " in out and "1 of 4 databases not rebaselined" in out
+    for i in range(3):
+        assert f"{three_hosts / f'n{i}.db'}: new baseline for 2 target/op pairs" in out
+        with Store(three_hosts / f"n{i}.db", readonly=True) as store:
+            assert {b.reason for b in baseline.load(store)} == {"new OSTs"}
+            assert len(baseline.load_histograms(store)) == 2
