@@ -89,6 +89,16 @@ def test_migration_6_fills_histograms_from_the_records_that_made_them(tmp_path):
         conn.execute("PRAGMA user_version = 5")
         conn.execute("DELETE FROM minutes WHERE series = (SELECT id FROM series "
                      "WHERE op = 'md-read')")
+    other = tmp_path / "n2.db"  # a reader reads schema 5 as it is, from the records
+    fill(other, NOV, 26 * 60, lognormal(0.002, 0.4), ops=("md-stat",), host="n2", seed=3)
+    with Store(other) as store:
+        baseline.maintain(store, NOV + 25 * HOUR)
+    stores = [Store(db, readonly=True), Store(other, readonly=True)]
+    e = BaselineBook(stores).expected("work", "md-stat", "median", NOV + 25 * HOUR)
+    assert e.hosts == 2 and e.value == baseline.compute(
+        stores, "work", "md-stat", ["median"], NOV, NOV + 25 * HOUR)[0][1]
+    for store in stores:
+        store.close()
     with Store(db) as store:  # the service's open migrates
         filled = baseline.load_histograms(store)
     assert list(filled) == [key for key in stored if key[1] == "md-stat"]

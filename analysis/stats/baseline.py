@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 from slowdown.analysis.histogram import Histogram, codec
 from slowdown.analysis.stats.window import estimate
-from slowdown.analysis.store import Selection, Store, aggregate
+from slowdown.analysis.store import Selection, Store, aggregate, schema
 from slowdown.analysis.store.records import MINUTE, Aggregate, minute_of
 from slowdown.analysis.words import STATISTICS
 
@@ -132,7 +132,10 @@ def save(store: Store, baselines: Sequence[Baseline], computed_at: float | None 
 
 
 def load_histograms(store: Store) -> dict[PeriodKey, bytes]:
-    """The stored histogram (encoded, with its moments) of each baseline period."""
+    """The stored histogram (encoded, with its moments) of each baseline period (none in a
+    file of schema 5, read as it is)."""
+    if getattr(store, "version", schema.VERSION) < 6:
+        return {}
     return {(t, o, a, b): blob for t, o, a, b, blob in store.conn.execute(
         "SELECT target, op, data_from, data_to, hist FROM baseline_histograms")}
 

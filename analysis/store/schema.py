@@ -207,6 +207,10 @@ MIGRATIONS: list[str] = [
 ]
 
 VERSION = len(MIGRATIONS)
+# The oldest schema a reader reads as it is (readers never migrate): schema 5 lacks only the
+# baselines' histograms, which a cluster view then merges from the records (a fleet whose
+# services are upgraded one by one stays readable).
+READABLE_FROM = 5
 
 
 class SchemaError(Exception):

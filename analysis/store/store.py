@@ -191,13 +191,14 @@ class Store:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
                 self._conn = self._connect(self.path)
             version = schema.check(self._conn, str(self.path))  # before anything is written
+            self.version = version if readonly else schema.VERSION
             if readonly:
-                READERS.using(self)
-                if version != schema.VERSION:
+                if not schema.READABLE_FROM <= version <= schema.VERSION:
                     raise StoreError(
                         f"{self.path}: schema version {version}, this slowdown reads "
                         f"{schema.VERSION}; open it once for writing (the service does) to migrate"
                     )
+                READERS.using(self)
             else:
                 _set_wal(self.conn, timeout)
                 self.conn.execute("PRAGMA synchronous = FULL")
