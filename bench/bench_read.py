@@ -92,11 +92,11 @@ SQLITE_ANCHOR = ("SELECT datetime(start, 'unixepoch'), series, count, errors, sk
                  " p50, p90, p95, p99 FROM minutes")
 
 
-def params(days: int) -> dict:
+def params(days: int, t0: int = T0, host: str = HOST, seed: int = SEED) -> dict:
     """Everything the database depends on: a cached file is reused only when all match."""
-    return {"days": days, "t0": T0, "host": HOST, "targets": list(TARGETS), "ops": list(OPS),
+    return {"days": days, "t0": t0, "host": host, "targets": list(TARGETS), "ops": list(OPS),
             "md_median": MD_MEDIAN, "data_median": DATA_MEDIAN, "sigma": SIGMA,
-            "per_minute": PER_MINUTE, "statistics": list(STATISTICS), "seed": SEED,
+            "per_minute": PER_MINUTE, "statistics": list(STATISTICS), "seed": seed,
             "schema": schema.VERSION, "maintain": "daily"}
 
 
@@ -105,15 +105,15 @@ def _remove_db(path: Path) -> None:
         Path(str(path) + suffix).unlink(missing_ok=True)
 
 
-def build(db: Path, days: int) -> dict:
-    """Write ``days`` of minute records through the store, then the baselines; returns
-    the timings and sizes (also kept beside the file, in ``DB.json``)."""
+def build(db: Path, days: int, t0: int = T0, host: str = HOST, seed: int = SEED) -> dict:
+    """Write ``days`` of minute records from ``t0`` through the store, then the baselines;
+    returns the timings and sizes (also kept beside the file, in ``DB.json``)."""
     building = db.with_name(db.name + ".building")
     _remove_db(building)
-    rng = np.random.default_rng(SEED)
+    rng = np.random.default_rng(seed)
     medians = np.array([MD_MEDIAN if op.startswith("md-") else DATA_MEDIAN for op in OPS])
     mu = np.log(medians)[None, None, :, None]
-    end = T0 + days * DAY
+    end = t0 + days * DAY
     began = time.perf_counter()
     made = []
     maintaining = 0.0
@@ -122,16 +122,16 @@ def build(db: Path, days: int) -> dict:
             samples = rng.lognormal(mu, SIGMA, (1440, len(TARGETS), len(OPS), PER_MINUTE))
             batch = []
             for m in range(1440):
-                start = T0 + day * DAY + m * MINUTE
+                start = t0 + day * DAY + m * MINUTE
                 for ti, target in enumerate(TARGETS):
                     for oi, op in enumerate(OPS):
                         h = Histogram()
                         h.record_many(samples[m, ti, oi])
-                        batch.append(Record(HOST, target, op, start, h))
+                        batch.append(Record(host, target, op, start, h))
             store.write(batch)
             # As the service does (hourly): the initial baseline once a day of data exists.
             t = time.perf_counter()
-            made += baseline.maintain(store, T0 + (day + 1) * DAY, 86400.0, STATISTICS)
+            made += baseline.maintain(store, t0 + (day + 1) * DAY, 86400.0, STATISTICS)
             maintaining += time.perf_counter() - t
         written = time.perf_counter() - maintaining
         store.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
@@ -139,7 +139,7 @@ def build(db: Path, days: int) -> dict:
     _remove_db(db)
     os.replace(building, db)
     info = {
-        "params": params(days),
+        "params": params(days, t0, host, seed),
         "end": end,
         "records": records,
         "baselines": len(made),

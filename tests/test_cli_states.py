@@ -214,7 +214,9 @@ def test_a_cluster_names_the_host_whose_service_stopped(tmp_path):
                                                   "in_flight": [], "last": {}}}}))
     result = CliRunner().invoke(main, ["--db", str(tmp_path / "n*.db")])
     assert result.exit_code == 0, result.output
-    assert result.output.rstrip().endswith("(provisional baseline, service stopped on n2)")
+    numbers, merged = result.output.rstrip().splitlines()
+    assert numbers.endswith("(provisional baseline, service stopped on n2)")
+    assert merged.endswith("merged 2 of 2 hosts (2 files)")  # n2's records are in the hour
     doc = json.loads(CliRunner().invoke(main, ["--db", str(tmp_path / "n*.db"),
                                                "--json"]).output)
     assert doc["targets"][0]["service"]["state"] == "running"

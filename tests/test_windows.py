@@ -126,6 +126,21 @@ def test_an_hour_record_cut_by_a_window_counts_by_its_overlap(tmp_path):
     assert [r["median"] for r in rows] == [pytest.approx(whole.quantile(0.5), rel=1e-12)] * 6
 
 
+def test_a_cluster_counts_hour_records_by_their_overlap_too(tmp_path):
+    """Over several files (the cluster's own read path) the rule is the same: an hour record of
+    each host inside the 1m and 10m windows counts by its share, not as no data."""
+    rng = np.random.default_rng(2)
+    for host in ("n1", "n2"):
+        with Store(tmp_path / f"{host}.db") as store:
+            h = Histogram()
+            h.record_many(rng.lognormal(np.log(0.002), 0.4, 3600))
+            store.write([Record(host, "work", "data-read", DAY, h, span=HOUR)])
+    doc = json.loads(run("--db", str(tmp_path / "n*.db"), "--at", f"@{DAY + 1800}", "--json"))
+    counts = {w["window"]: o["count"] for t in doc["targets"] for w in t["windows"]
+              for o in w["ops"]}
+    assert counts == {60: 120, 600: 1200, 3600: 3600}
+
+
 def test_the_same_samples_give_the_same_slowdown_on_a_first_day(tmp_path):
     """42 data-read samples in the first minutes of a node (no baseline yet: provisional):
     every window that holds them all shows the same slowdown in every command."""

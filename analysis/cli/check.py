@@ -12,6 +12,7 @@ from slowdown.analysis.cli.output import collecting_text, fmt_ratio, state_notes
 from slowdown.analysis.cli.scope import read_options
 from slowdown.analysis.stats.slowdown import target_slowdowns
 from slowdown.analysis.store import Selection
+from slowdown.analysis.store.records import minute_of
 from slowdown.analysis.units import format_age, format_clock, format_duration
 
 OK, WARNING, CRITICAL, UNKNOWN = 0, 1, 2, 3
@@ -120,6 +121,9 @@ def check(ctx, dbs, targets, hosts, ops, at, window, statistic, warning, critica
     label = f"{stat} over {format_duration(span)}"
     notes = sorted({note for ts in states_of_numbers.values()
                     for note in state_notes(ts, reader.now, len(reader.stores) > 1)})
+    if reader.cluster:
+        end = minute_of(reader.now)
+        notes.append(reader.merged(end - span, end).text(f"the last {format_duration(span)}"))
     click.echo(f"SLOWDOWN {STATE_NAMES[worst_state]} - {label}: {', '.join(parts)}"
                + "".join(f"; {note}" for note in notes)
                + (f" | {' '.join(perf)}" if perf else ""))

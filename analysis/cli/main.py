@@ -40,7 +40,8 @@ from slowdown.analysis.cli.scope import (
 )
 from slowdown.analysis.stats.baseline import rebaseline
 from slowdown.analysis.stats.slowdown import TargetSlowdown, accurate_window, target_slowdowns
-from slowdown.analysis.store import Store, StoreError
+from slowdown.analysis.store import Store, StoreError, expand_paths
+from slowdown.analysis.store.records import minute_of
 from slowdown.analysis.units import format_clock, format_duration, format_latency
 
 # No command calls a BLAS routine, yet numpy's bundled OpenBLAS starts a thread per core when
@@ -221,7 +222,11 @@ def show_uptime(reader: Reader, results: dict[str, list[TargetSlowdown]], stat: 
     that its service is collecting the first minute."""
     states = states or {}
     names = sorted({*results, *(t for t, ts in states.items() if ts.state == COLLECTING)})
-    cluster = len(reader.stores) > 1
+    cluster = reader.cluster
+    span = max((ts.window for windows in results.values() for ts in windows),
+               default=max(reader.config.windows, default=3600))
+    end = minute_of(reader.now)
+    merged = reader.merged(end - span, end)
     if as_json:
         doc = {
             "time": reader.now,
@@ -236,6 +241,7 @@ def show_uptime(reader: Reader, results: dict[str, list[TargetSlowdown]], stat: 
         }
         if reader.at_now:
             doc["services"] = [s.json(reader.now) for s in reader.services()]
+        doc["merged"] = merged.json()
         dump_json(doc)
         return
     clock = format_clock(reader.now)
@@ -266,6 +272,8 @@ def show_uptime(reader: Reader, results: dict[str, list[TargetSlowdown]], stat: 
         label = f"window {format_duration(windows[0].window)} for +-{accuracy:.0%}  " \
             if accuracy is not None else ""
         click.echo(f"{clock}  {target:<{width}}  {label}slowdown {stat}  {parts}{tail}{note}")
+    if cluster:
+        click.echo(f"{clock}  {merged.text(f'the last {format_duration(span)}')}")
     if verbose:
         rows = []
         for target, windows in results.items():
@@ -314,30 +322,50 @@ def _window_json(ts: TargetSlowdown) -> dict:
 
 @main.command("rebaseline")
 @click.option("--reason", required=True, help="Why (recorded with the baseline).")
-@click.option("--db", "db", default=None, metavar="FILE", help="Database (default: configured).")
+@click.option("--db", "dbs", multiple=True, metavar="FILE",
+              help="Database file or glob; repeat for several hosts, each rebaselined from its "
+                   "own data (default: configured).")
 @click.option("--target", "targets", multiple=True, help="Only these targets.")
 @click.option("--from", "data_from", default=None, metavar="TIME",
               help="Start of the data the baseline comes from (default: 1 day ago).")
 @click.option("--to", "data_to", default=None, metavar="TIME",
               help="End of that data (default: now).")
 @click.pass_context
-def rebaseline_command(ctx: click.Context, reason: str, db: str | None, targets, data_from,
+def rebaseline_command(ctx: click.Context, reason: str, dbs: tuple[str, ...], targets, data_from,
                        data_to) -> None:
-    """Start a new baseline now (after a system change), from recent data."""
+    """Start a new baseline now (after a system change), from recent data. Over several
+    files each gets its own, from its own data, in force from the same moment; a file that
+    cannot be rebaselined is named and the others are done."""
     config = ctx.obj["config"]()
     now = time.time()
     start = parse_time_option(data_from, now, "--from") if data_from else None
     end = parse_time_option(data_to, now, "--to") if data_to else None
     try:
-        with Store(db or config.database) as store:
-            made = rebaseline(store, now, reason, start, end, targets,
-                              statistics=config.statistics)
-    except (StoreError, ValueError) as exc:
+        paths = expand_paths(dbs) if dbs else [Path(config.database)]
+    except StoreError as exc:
         raise click.ClickException(str(exc)) from None
-    pairs = sorted({(b.target, b.op) for b in made})
-    click.echo(f"new baseline for {len(pairs)} target/op pairs, in force from "
-               f"{dt.datetime.fromtimestamp(made[0].valid_from, dt.timezone.utc):%Y-%m-%d %H:%M}"
-               f" UTC, from data {format_duration(made[0].data_to - made[0].data_from)} long")
+    failed = []
+    for path in paths:
+        try:
+            with Store(path) as store:
+                made = rebaseline(store, now, reason, start, end, targets,
+                                  statistics=config.statistics)
+        except (StoreError, ValueError) as exc:
+            if len(paths) == 1:
+                raise click.ClickException(str(exc)) from None
+            message = str(exc) if str(exc).startswith(str(path)) else f"{path}: {exc}"
+            click.echo(f"Error: {message}", err=True)
+            failed.append(path)
+            continue
+        pairs = sorted({(b.target, b.op) for b in made})
+        where = f"{path}: " if len(paths) > 1 else ""
+        since = dt.datetime.fromtimestamp(made[0].valid_from, dt.timezone.utc)
+        click.echo(f"{where}new baseline for {len(pairs)} target/op pairs, in force from "
+                   f"{since:%Y-%m-%d %H:%M} UTC, from data "
+                   f"{format_duration(made[0].data_to - made[0].data_from)} long")
+    if failed:
+        raise click.ClickException(f"{len(failed)} of {len(paths)} databases not rebaselined "
+                                   f"(named above); the others were")
 
 
 if __name__ == "__main__":  # pragma: no cover

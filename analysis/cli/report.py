@@ -129,6 +129,8 @@ def report(ctx, dbs, targets, hosts, ops, at, since, until, output, statistics, 
     click.echo(f"report: {len(doc['targets'])} target(s), {figures} figures, "
                f"{files[0][0].stat().st_size / 1e6:.1f} MB -> {out}"
                + (f"; {len(files) - 1} PNG images in {png_path}" if png_path else ""), err=True)
+    if doc.get("merged_text"):
+        click.echo(f"report: {doc['merged_text']}", err=True)
 
 
 __all__ = ["report"]

@@ -16,6 +16,7 @@ from slowdown.analysis.config import Config, ConfigError, load
 from slowdown.analysis.stats.baseline import BaselineBook
 from slowdown.analysis.stats.window import quantile_of
 from slowdown.analysis.store import Selection, Store, StoreError, expand_paths
+from slowdown.analysis.store.merged import Merged, merged
 from slowdown.analysis.store.records import MINUTE, minute_of
 from slowdown.analysis.units import format_clock, parse_duration, parse_time
 from slowdown.analysis.words import OPS
@@ -98,6 +99,20 @@ class Reader:
     store_series: list[list[tuple[str, str, str]]] = field(default_factory=list)
     lives: list[dict | None] = field(default_factory=list)
     _services: list[ServiceState] | None = field(default=None, repr=False)
+    # Files of a cluster view left out as unreadable: (file, the one-line reason).
+    skipped: list[tuple[str, str]] = field(default_factory=list)
+
+    @property
+    def cluster(self) -> bool:
+        """Several files were asked for: a cluster view (it goes on without a bad file)."""
+        return len(self.stores) + len(self.skipped) > 1
+
+    def merged(self, start: float, end: float) -> Merged:
+        """What the view merges over ``[start, end)``: hosts, silent hosts, skipped files."""
+        hosts = {h for h, t, o in self.series if self._wanted(h, t, o)}
+        return merged(self.stores, sorted(hosts),
+                      Selection(self.hosts, self.targets, self.ops, int(start), int(end)),
+                      self.skipped)
 
     def target_ops(self) -> dict[str, list[str]]:
         """Targets (and their ops) present in the data or probed right now, as filtered."""
@@ -402,13 +417,31 @@ def open_reader(ctx: click.Context, dbs: Sequence[str], targets: Sequence[str],
     moment = parse_time_option(at, now, "--at")
     patterns = list(dbs) or [str(config.database)]
     try:
-        stores = [Store(p, readonly=True) for p in expand_paths(patterns)]
+        paths = expand_paths(patterns)
     except StoreError as exc:
         raise click.ClickException(str(exc)) from None
-    store_series = [store.series() for store in stores]
+    stores, store_series, skipped = [], [], []
+    for path in paths:
+        try:
+            store = Store(path, readonly=True)
+            try:
+                store_series.append(store.series())
+            except sqlite3.DatabaseError as exc:
+                store.close()
+                raise StoreError(f"{path}: {exc}") from None
+        except StoreError as exc:
+            if len(paths) == 1:  # the one file named: one line, and stop
+                raise click.ClickException(str(exc)) from None
+            skipped.append((str(path), str(exc)))  # a cluster goes on with the others
+            continue
+        stores.append(store)
+    if not stores:
+        raise click.ClickException(f"none of the {len(paths)} databases could be read: "
+                                   + "; ".join(why for _, why in skipped[:3])
+                                   + ("; ..." if len(skipped) > 3 else ""))
     series = sorted({s for each in store_series for s in each})
     return Reader(config, stores, tuple(targets), tuple(hosts), tuple(ops), moment, at is None,
-                  series, store_series)
+                  series, store_series, skipped=skipped)
 
 
 def load_config_or_exit(path: Path | None) -> Config:

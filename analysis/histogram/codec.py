@@ -101,6 +101,11 @@ def pair_dtype(flags: int) -> np.dtype:
     return np.dtype([("i", "<" + fmt[0]), ("c", "<" + fmt[1])])
 
 
+def moments_of(blob: bytes) -> tuple | None:
+    """``(sum, sumsq, min, max)`` carried by the blob, or None (stored elsewhere)."""
+    return _header(blob)[3]
+
+
 def decode_pairs(blob: bytes) -> tuple[int, int, dict[int, int], tuple | None]:
     """``(scale, zero_count, {index: count}, moments-or-None)``, in pure Python."""
     flags, scale, zero, moments, offset = _header(blob)
@@ -210,12 +215,13 @@ def decode_blobs(blobs: list[bytes], labels: np.ndarray, scale: int | None = Non
 VECTOR_FROM = 200
 
 
-def merge_blobs(blobs: list[bytes]) -> Histogram:
+def merge_blobs(blobs: list[bytes], vector_from: int = VECTOR_FROM) -> Histogram:
     """The buckets of many blobs merged (at the coarsest scale among them), moments unset.
 
-    A few blobs merge through dicts, many through numpy in one vectorised pass.
+    A few blobs merge through dicts, many (``vector_from`` or more) through numpy in one
+    vectorised pass.
     """
-    if len(blobs) < VECTOR_FROM:
+    if len(blobs) < vector_from:
         by_scale: dict[int, BucketCounts] = {}
         zero = 0
         for blob in blobs:

@@ -360,10 +360,14 @@ def collect(reader, start: int, end: int, statistics: Sequence[str], windows: Se
             planned = prov.provision_json(rows, p.goal, p.confidence, p.trials, p.seed)
         targets.append({"target": target, "hosts": hosts, "ops": list(ops),
                         "count": sum(f["count"] for f in op_figures),
-                        "provisional": not any(b.target == target for b in book.rows),
+                        "provisional": not any(b.target == target for rows in book.books
+                                               for b in rows),
                         "timeline": timeline, "provision": planned, "op_figures": op_figures})
+    merged = reader.merged(start, end)
     return {
         "from": start, "to": end, "step": grid.step, "now": reader.now,
+        "merged": merged.json(),
+        "merged_text": merged.text("the report's period") if reader.cluster else None,
         "databases": [str(s.path) for s in stores], "filters": {
             "hosts": list(reader.hosts), "targets": list(reader.targets),
             "ops": list(reader.ops)},

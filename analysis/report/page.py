@@ -153,6 +153,8 @@ def render(doc: dict, title: str = "slowdown report") -> str:
     nav = " ".join(f'<a href="#{_slug("target", t["target"])}">{escape(t["target"])}</a>'
                    for t in targets)
     filters = "; ".join(f"{k} {', '.join(v)}" for k, v in doc["filters"].items() if v)
+    merged = (f'\n<p class="meta merged">{escape(doc["merged_text"])}</p>'
+              if doc.get("merged_text") else "")
     span = f"{_time(doc['from'])} .. {_time(doc['to'])}"
     body = "\n".join(_target_section(t, doc) for t in targets) if targets else \
         '<section><p class="note">No data for the chosen targets, hosts and ops.</p></section>'
@@ -173,7 +175,7 @@ def render(doc: dict, title: str = "slowdown report") -> str:
 <p class="meta">{escape(span)}; one column per {format_duration(doc['step'])}; expected value:
 {'the same statistic' if doc['expected'] == 'same' else 'the median'} of the baseline in force</p>
 <p class="meta">from {escape(', '.join(doc['databases']))}{'; ' + escape(filters) if filters
-                                                            else ''}</p>
+                                                            else ''}</p>{merged}
 <nav>{nav}</nav>
 </header>
 {body}

@@ -11,6 +11,11 @@
 
 A new baseline closes the one before it (``valid_to``), so every moment has exactly one
 baseline in force and a past slowdown is computed against the baseline of its time.
+
+Each baseline keeps the histogram of its data period (``baseline_histograms``), so the
+expected value of a cluster is the statistic of the exact merge of the baselines in force on
+each of its hosts at that moment: N small rows, never N months of records (docs/FLEET.md says
+how hosts that started or were rebaselined at different moments combine).
 """
 
 from __future__ import annotations
@@ -18,11 +23,12 @@ from __future__ import annotations
 import datetime as dt
 import math
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from slowdown.analysis.histogram import Histogram, codec
 from slowdown.analysis.stats.window import estimate
-from slowdown.analysis.store import Selection, Store, aggregate
+from slowdown.analysis.store import Selection, Store, aggregate, schema
 from slowdown.analysis.store.records import MINUTE, Aggregate, minute_of
 from slowdown.analysis.words import STATISTICS
 
@@ -94,12 +100,22 @@ def _span(store: Store) -> dict[tuple[str, str], tuple[int, int]]:
     return spans
 
 
-def save(store: Store, baselines: Sequence[Baseline], computed_at: float | None = None) -> None:
-    """Insert baselines; each closes the one in force before it (same target, op, statistic)."""
+PeriodKey = tuple[str, str, int, int]  # (target, op, data_from, data_to)
+
+
+def save(store: Store, baselines: Sequence[Baseline], computed_at: float | None = None,
+         histograms: Mapping[PeriodKey, Histogram] | None = None) -> None:
+    """Insert baselines; each closes the one in force before it (same target, op, statistic).
+    ``histograms``: the merged data of each baseline's period, kept for cluster merges."""
     now = int(time.time() if computed_at is None else computed_at)
     conn = store.conn
     conn.execute("BEGIN IMMEDIATE")
     try:
+        conn.executemany(
+            "INSERT OR REPLACE INTO baseline_histograms (target, op, data_from, data_to,"
+            " samples, hist) VALUES (?, ?, ?, ?, ?, ?)",
+            [(*key, h.count, codec.encode(h)) for key, h in (histograms or {}).items()
+             if h.count])
         for b in baselines:
             conn.execute(
                 "UPDATE baselines SET valid_to = ? WHERE target = ? AND op = ? AND statistic = ?"
@@ -117,6 +133,26 @@ def save(store: Store, baselines: Sequence[Baseline], computed_at: float | None 
     except BaseException:
         conn.execute("ROLLBACK")
         raise
+
+
+def load_histograms(store: Store) -> dict[PeriodKey, bytes]:
+    """The stored histogram (encoded, with its moments) of each baseline period (none in a
+    file of schema 5, read as it is)."""
+    if getattr(store, "version", schema.VERSION) < 6:
+        return {}
+    return {(t, o, a, b): blob for t, o, a, b, blob in store.conn.execute(
+        "SELECT target, op, data_from, data_to, hist FROM baseline_histograms")}
+
+
+def _made(store: Store, target: str, op: str, stats: Sequence[str], start: int, end: int,
+          valid_from: int, reason: str, made: list[Baseline],
+          histograms: dict[PeriodKey, Histogram]) -> None:
+    """The baselines of one (target, op) from ``[start, end)``, with their histogram."""
+    agg = _completed([store], target, op, start, end)
+    made += [Baseline(target, op, s, v, n, start, end, valid_from, reason=reason)
+             for s, v, n in _estimates(agg, stats)]
+    if agg.histogram.count:
+        histograms[(target, op, start, end)] = agg.histogram
 
 
 def load(store: Store) -> list[Baseline]:
@@ -139,6 +175,7 @@ def maintain(store: Store, now: float, provisional_after: float = 86400.0,
     existing = load(store)
     this_month = month_start(now, zone)
     made: list[Baseline] = []
+    histograms: dict[PeriodKey, Histogram] = {}
     for (target, op), (first, end) in sorted(_span(store).items()):
         mine = [b for b in existing if (b.target, b.op) == (target, op)]
         if first < this_month and not any(b.valid_from == this_month for b in mine):
@@ -148,17 +185,15 @@ def maintain(store: Store, now: float, provisional_after: float = 86400.0,
                       and start <= b.valid_from < this_month]
             start = max([start, first, *manual])
             if this_month - start >= provisional_after:
-                made += [Baseline(target, op, s, v, n, start, this_month, this_month,
-                                  reason="monthly")
-                         for s, v, n in compute([store], target, op, stats, start, this_month)]
+                _made(store, target, op, stats, start, this_month, this_month, "monthly", made,
+                      histograms)
                 continue
         if not mine:
             to = minute_of(now)
             if min(end, to) - first >= provisional_after:
-                made += [Baseline(target, op, s, v, n, first, to, to, reason="initial")
-                         for s, v, n in compute([store], target, op, stats, first, to)]
+                _made(store, target, op, stats, first, to, to, "initial", made, histograms)
     if made:
-        save(store, made, now)
+        save(store, made, now, histograms)
     return made
 
 
@@ -174,14 +209,15 @@ def rebaseline(store: Store, now: float, reason: str, data_from: float | None = 
         raise ValueError("the data period is empty")
     wanted = set(targets)
     made: list[Baseline] = []
+    histograms: dict[PeriodKey, Histogram] = {}
     for target, op in sorted({(t, o) for _, t, o in store.series()}):
         if wanted and target not in wanted:
             continue
-        made += [Baseline(target, op, s, v, n, start, to, minute_of(now), reason=reason)
-                 for s, v, n in compute([store], target, op, _statistics(statistics), start, to)]
+        _made(store, target, op, _statistics(statistics), start, to, minute_of(now), reason,
+              made, histograms)
     if not made:
         raise ValueError("no data in that period")
-    save(store, made, now)
+    save(store, made, now, histograms)
     return made
 
 
@@ -193,31 +229,64 @@ class Expected:
     statistic: str
     provisional: bool
     baseline: Baseline | None  # None for a provisional value computed on the fly
+    hosts: int = 1  # files whose baselines were merged into it (a cluster's)
+
+
+def _in_force(rows: Sequence[Baseline], target: str, op: str, statistic: str,
+              at: float) -> Baseline | None:
+    found = None
+    for b in rows:
+        if (b.target, b.op, b.statistic) == (target, op, statistic) and b.valid_from <= at \
+                and (b.valid_to is None or at < b.valid_to):
+            found = b
+    return found
+
+
+def _stored_merge(parts: Sequence[tuple[bytes | None, Store, Baseline]]) -> Histogram:
+    """The merge of baselines' histograms: the stored ones (blobs with their moments) at
+    once; one without (made before schema 6 from records since pruned) from whatever
+    records of its period its file still holds."""
+    blobs = [blob for blob, _, _ in parts if blob is not None]
+    merged = codec.merge_blobs(blobs, vector_from=16)  # a month's blob: hundreds of buckets
+    moments = [codec.moments_of(blob) for blob in blobs]
+    merged.sum = math.fsum(m[0] for m in moments)
+    merged.sumsq = math.fsum(m[1] for m in moments)
+    merged.min = min((m[2] for m in moments), default=math.inf)
+    merged.max = max((m[3] for m in moments), default=-math.inf)
+    for blob, store, b in parts:
+        if blob is None:
+            merged.merge(_completed([store], b.target, b.op, b.data_from, b.data_to).histogram)
+    return merged
 
 
 class BaselineBook:
     """Finds the baseline in force at a time, for one file or a cluster of files.
 
-    For several files (hosts) the expected value is recomputed from their merged data over
-    the period of the baseline in force, so a cluster is compared with the cluster.
+    For several files (hosts) the expected value is the statistic of the merged histograms
+    of the baselines in force on each host at that moment (each file's own); a host with
+    none in force then (its first day) adds nothing. Where no host has one, the value is
+    provisional: computed from every host's data recorded so far.
     """
 
     def __init__(self, stores: Sequence[Store], expected: str = "same") -> None:
         self.stores = list(stores)
         self.mode = expected
-        self.rows: list[Baseline] = []
-        for store in self.stores[:1]:
-            self.rows = load(store)
+        self.books: list[list[Baseline]] = [load(store) for store in self.stores]
+        self.rows: list[Baseline] = self.books[0] if self.books else []
+        self._index: list[dict[tuple[str, str, str], list[Baseline]]] = []
+        for rows in self.books:  # each file's baselines by (target, op, statistic)
+            index: dict[tuple[str, str, str], list[Baseline]] = {}
+            for b in rows:
+                index.setdefault((b.target, b.op, b.statistic), []).append(b)
+            self._index.append(index)
+        self._histograms: list[dict[PeriodKey, bytes]] = (
+            [load_histograms(store) for store in self.stores] if len(self.stores) > 1 else [])
         self._aggregates: dict[tuple[str, str, int, int], Aggregate] = {}
+        self._clusters: dict[tuple, Aggregate] = {}
         self._first: dict[tuple[str, str], int | None] = {}
 
     def in_force(self, target: str, op: str, statistic: str, at: float) -> Baseline | None:
-        found = None
-        for b in self.rows:
-            if (b.target, b.op, b.statistic) == (target, op, statistic) and b.valid_from <= at \
-                    and (b.valid_to is None or at < b.valid_to):
-                found = b
-        return found
+        return _in_force(self.rows, target, op, statistic, at)
 
     def _merged(self, target: str, op: str, statistic: str, start: int, end: int):
         span = (target, op, start, end)  # one merge for every statistic of a span
@@ -225,6 +294,26 @@ class BaselineBook:
             self._aggregates[span] = _completed(self.stores, target, op, start, end)
         rows = _estimates(self._aggregates[span], [statistic])
         return (rows[0][1], rows[0][2]) if rows else None
+
+    def _cluster(self, target: str, op: str, statistic: str, at: float) -> Expected | None:
+        """The merge of the baselines in force at ``at`` on each host."""
+        wanted = (target, op, statistic)
+        found = [(i, b) for i, index in enumerate(self._index)
+                 if (b := _in_force(index.get(wanted, ()), target, op, statistic, at))
+                 is not None]
+        if not found:
+            return None
+        key = (target, op, tuple((i, b.data_from, b.data_to) for i, b in found))
+        agg = self._clusters.get(key)
+        if agg is None:
+            agg = self._clusters[key] = Aggregate(_stored_merge(
+                [(self._histograms[i].get((target, op, b.data_from, b.data_to)),
+                  self.stores[i], b) for i, b in found]))
+        rows = _estimates(agg, [statistic])
+        if not rows or math.isnan(rows[0][1]):
+            return None
+        return Expected(rows[0][1], statistic, any(b.provisional for _, b in found),
+                        found[0][1], hosts=len(found))
 
     def _first_minute(self, target: str, op: str) -> int | None:
         key = (target, op)
@@ -241,30 +330,32 @@ class BaselineBook:
 
     def expected(self, target: str, op: str, statistic: str, at: float) -> Expected | None:
         stat = statistic if self.mode == "same" else "median"
-        b = self.in_force(target, op, stat, at)
-        if b is not None:
-            if len(self.stores) == 1:
+        if len(self.stores) == 1:
+            b = self.in_force(target, op, stat, at)
+            if b is not None:
                 return Expected(b.value, stat, b.provisional, b)
-            merged = self._merged(target, op, stat, b.data_from, b.data_to)
-            if merged is not None:
-                return Expected(merged[0], stat, b.provisional, b)
+        else:
+            found = self._cluster(target, op, stat, at)
+            if found is not None:
+                return found
         first = self._first_minute(target, op)
         if first is None:
             return None
         merged = self._merged(target, op, stat, first, minute_of(at))
         if merged is None or not merged[0] or math.isnan(merged[0]):
             return None
-        return Expected(merged[0], stat, True, None)
+        return Expected(merged[0], stat, True, None, hosts=len(self.stores))
 
     def expected_periods(self, target: str, op: str, statistic: str, first: int,
                          last: int) -> list[tuple[int, float]]:
         """``(begin, expected)`` for each period of ``[first, last]`` between baseline
-        changes, in time order (NaN where there is none), so that a series of minutes takes
-        the value in force at each minute. Where no baseline is in force the provisional
-        value is the one known at the end of that period."""
+        changes (on any host of a cluster), in time order (NaN where there is none), so that
+        a series of minutes takes the value in force at each minute. Where no baseline is in
+        force the provisional value is the one known at the end of that period."""
         stat = statistic if self.mode == "same" else "median"
-        changes = sorted({t for b in self.rows if (b.target, b.op, b.statistic) ==
-                          (target, op, stat) for t in (b.valid_from, b.valid_to)
+        changes = sorted({t for rows in self.books for b in rows
+                          if (b.target, b.op, b.statistic) == (target, op, stat)
+                          for t in (b.valid_from, b.valid_to)
                           if t is not None and first < t <= last})
         periods = []
         for begin, end in zip([first, *changes], [*changes, last + 1]):

@@ -187,9 +187,30 @@ MIGRATIONS: list[str] = [
     );
     INSERT INTO latency_buckets (idx, lower, upper, value) VALUES {_latency_bucket_rows()};
     """,
+    # 6: the histogram behind each baseline, per (target, op, data period), so that a
+    # cluster's expected value is the exact merge of its hosts' baselines (never a rebuild
+    # from months of records). _fill_baseline_histograms (FILLS) fills it for the baselines
+    # made before, from the records they were computed from where those still hold exactly
+    # the baseline's samples (a baseline whose records were pruned or merged since stays
+    # without one: readers then merge its period's records).
+    """
+    CREATE TABLE baseline_histograms (
+        target     TEXT NOT NULL,
+        op         TEXT NOT NULL,
+        data_from  INTEGER NOT NULL,          -- the data period, as in baselines
+        data_to    INTEGER NOT NULL,
+        samples    INTEGER NOT NULL,          -- values in the histogram
+        hist       BLOB NOT NULL,             -- codec.encode with its moments
+        PRIMARY KEY (target, op, data_from, data_to)
+    ) WITHOUT ROWID;
+    """,
 ]
 
 VERSION = len(MIGRATIONS)
+# The oldest schema a reader reads as it is (readers never migrate): schema 5 lacks only the
+# baselines' histograms, which a cluster view then merges from the records (a fleet whose
+# services are upgraded one by one stays readable).
+READABLE_FROM = 5
 
 
 class SchemaError(Exception):
@@ -467,4 +488,12 @@ def derived_rows(rows: list[tuple]) -> tuple[list[tuple], list[tuple]]:
     return done, [tuple(rows[i][:2]) for i in sorted(odd)]
 
 
-FILLS = {5: Fill(("minutes", "hours"), _fill_derived)}
+def _fill_baseline_histograms(conn: sqlite3.Connection, table: str,
+                              report: Callable[[int], None]) -> None:
+    from slowdown.analysis.store.period_histograms import fill_baseline_histograms
+
+    fill_baseline_histograms(conn, table, report)
+
+
+FILLS = {5: Fill(("minutes", "hours"), _fill_derived),
+         6: Fill(("baselines",), _fill_baseline_histograms)}

@@ -16,10 +16,10 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import quote
 
 from slowdown.analysis.histogram import Histogram, codec
 from slowdown.analysis.store import schema
+from slowdown.analysis.store.open_files import READERS, read_only_uri
 from slowdown.analysis.store.records import (
     HOUR,
     MINUTE,
@@ -171,31 +171,6 @@ def _upsert(table: str) -> str:
     """
 
 
-def read_only_uri(path: Path) -> str:
-    """The URI of a reader's connection: read-only, and creating nothing beside the file.
-
-    A WAL database whose writer has gone has no ``-wal`` file; a read-only connection would
-    create ``-wal`` and ``-shm`` files beside it (and leave them there), or fail where it may
-    not write. Without a ``-wal`` file every committed page is in the file itself, so such a
-    database is opened ``immutable``. The path is quoted: ``#`` and ``?`` are URI syntax.
-    """
-    resolved = path.resolve()
-    uri = f"file:{quote(str(resolved))}?mode=ro"
-    if not Path(f"{resolved}-wal").exists() and _is_wal(resolved):
-        uri += "&immutable=1"
-    return uri
-
-
-def _is_wal(path: Path) -> bool:
-    """Whether the file's header says WAL mode (read and write versions 2, bytes 18-19)."""
-    try:
-        with open(path, "rb") as f:
-            header = f.read(20)
-    except OSError:
-        return False
-    return header[:16] == b"SQLite format 3\x00" and header[18:20] == b"\x02\x02"
-
-
 class Store:
     """One database file. Writers migrate the schema forward; readers only check it."""
 
@@ -208,6 +183,8 @@ class Store:
         self._series: dict[tuple[str, str, str], int] = {}
         self._timeout, self._check_same_thread = timeout, check_same_thread
         self._watch_wal: str | None = None  # an immutable reader's cue to reconnect
+        self._released = False  # a reader closed by the bound on open files (open_files.py)
+        self._uri: str | None = None
         try:
             if readonly:
                 if not self.path.exists():
@@ -216,21 +193,31 @@ class Store:
             else:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
                 self._conn = self._connect(self.path)
-            version = schema.check(self.conn, str(self.path))  # before anything is written
+            version = schema.check(self._conn, str(self.path))  # before anything is written
+            self.version = version if readonly else schema.VERSION
             if readonly:
-                if version != schema.VERSION:
+                if not schema.READABLE_FROM <= version <= schema.VERSION:
                     raise StoreError(
                         f"{self.path}: schema version {version}, this slowdown reads "
                         f"{schema.VERSION}; open it once for writing (the service does) to migrate"
                     )
+                READERS.using(self)
             else:
                 _set_wal(self.conn, timeout)
                 self.conn.execute("PRAGMA synchronous = FULL")
                 schema.migrate(self.conn, str(self.path), progress=migration_progress)
         except schema.SchemaError as exc:
+            self._abandon()
             raise StoreError(str(exc)) from None
         except sqlite3.DatabaseError as exc:
+            self._abandon()
             raise StoreError(f"{self.path}: {exc}") from None
+
+    def _abandon(self) -> None:
+        """A file refused while opening: its connection (if any) closed at once."""
+        if hasattr(self, "_conn"):
+            READERS.forget(self)
+            self._conn.close()
 
     def _connect(self, database: str | Path, uri: bool = False) -> sqlite3.Connection:
         conn = sqlite3.connect(database, uri=uri, timeout=self._timeout, isolation_level=None,
@@ -242,9 +229,12 @@ class Store:
         return conn
 
     def _connect_reader(self) -> sqlite3.Connection:
-        uri = read_only_uri(self.path)
-        self._watch_wal = f"{self.path.resolve()}-wal" if "immutable=1" in uri else None
-        return self._connect(uri, uri=True)
+        """(Again after a release: an immutable URI is kept while no writer has started.)"""
+        if self._uri is None or os.path.exists(self._watch_wal or ""):
+            uri = read_only_uri(self.path)
+            self._watch_wal = f"{self.path.resolve()}-wal" if "immutable=1" in uri else None
+            self._uri = uri if self._watch_wal is not None else None
+        return self._connect(self._uri or uri, uri=True)
 
     @property
     def conn(self) -> sqlite3.Connection:
@@ -252,12 +242,25 @@ class Store:
         a writer has started (its ``-wal`` file appeared): an immutable connection would never
         see what the writer commits. The old connection is left to close when its last cursor
         goes, so a query running on it ends undisturbed."""
-        if self._watch_wal is not None and os.path.exists(self._watch_wal):
+        if self._released:  # closed to bound the open files: open again
+            self._released = False
             self._conn = self._connect_reader()
+        elif self._watch_wal is not None and os.path.exists(self._watch_wal):
+            self._conn = self._connect_reader()
+        if self.readonly:
+            READERS.using(self)
         return self._conn
+
+    def release(self) -> None:
+        """Close a reader's connection until it is next used (open_files.py)."""
+        if not self._released:
+            self._released = True
+            self._conn.close()
 
     def close(self) -> None:
         self._watch_wal = None
+        READERS.forget(self)
+        self._released = False
         self._conn.close()
 
     def __enter__(self) -> Store:

@@ -1,0 +1,81 @@
+"""A bound on the database files a reading process holds open, whatever the number it reads.
+
+A cluster view reads hundreds or thousands of host files; each open SQLite connection holds a
+descriptor for the file (and two more, for ``-wal`` and ``-shm``, while a writer runs), so
+with ``ulimit -n 1024`` a few hundred files would fail with "unable to open database file".
+Reader connections register here as they are used; past ``LIMIT`` the least recently used is
+closed, and opens again, unseen by its user, when next used (from the URI of its first
+open while no writer has started: ``read_only_uri``, which creates nothing beside the file).
+"""
+
+from __future__ import annotations
+
+import os
+from collections import OrderedDict
+from pathlib import Path
+from typing import Protocol
+from urllib.parse import quote
+
+# Reader connections open at once: at most 3 descriptors each.
+LIMIT = 4
+
+
+class Releasable(Protocol):
+    def release(self) -> None: ...
+
+
+class OpenFiles:
+    """The reader connections open in this process, least recently used first."""
+
+    def __init__(self, limit: int = LIMIT) -> None:
+        self.limit = limit
+        self._open: OrderedDict[int, Releasable] = OrderedDict()
+        self._pid = os.getpid()
+
+    def using(self, reader: Releasable) -> None:
+        """``reader`` is in use (open): the oldest others are closed beyond the limit."""
+        if self._pid != os.getpid():  # a forked child: its parent's connections are not its own
+            self._open.clear()
+            self._pid = os.getpid()
+        key = id(reader)
+        if key in self._open:
+            self._open.move_to_end(key)
+            return
+        self._open[key] = reader
+        while len(self._open) > self.limit:
+            _, oldest = self._open.popitem(last=False)
+            oldest.release()
+
+    def forget(self, reader: Releasable) -> None:
+        self._open.pop(id(reader), None)
+
+    def __len__(self) -> int:
+        return len(self._open)
+
+
+READERS = OpenFiles()
+
+
+def read_only_uri(path: Path) -> str:
+    """The URI of a reader's connection: read-only, and creating nothing beside the file.
+
+    A WAL database whose writer has gone has no ``-wal`` file; a read-only connection would
+    create ``-wal`` and ``-shm`` files beside it (and leave them there), or fail where it may
+    not write. Without a ``-wal`` file every committed page is in the file itself, so such a
+    database is opened ``immutable``. The path is quoted: ``#`` and ``?`` are URI syntax.
+    """
+    resolved = path.resolve()
+    uri = f"file:{quote(str(resolved))}?mode=ro"
+    if not Path(f"{resolved}-wal").exists() and _is_wal(resolved):
+        uri += "&immutable=1"
+    return uri
+
+
+def _is_wal(path: Path) -> bool:
+    """Whether the file's header says WAL mode (read and write versions 2, bytes 18-19)."""
+    try:
+        with open(path, "rb") as f:
+            header = f.read(20)
+    except OSError:
+        return False
+    return header[:16] == b"SQLite format 3\x00" and header[18:20] == b"\x02\x02"

@@ -1,0 +1,392 @@
+"""Benchmark of cluster views: each read command over a fleet of 1 to 512 host files.
+
+Run from the repository root with the package installed (``pip install -e .``)::
+
+    python -m bench.bench_fleet                 # the figures of docs/BENCHMARKS-fleet.md
+    python -m bench.bench_fleet --quick         # 2 days, 1-4 hosts, 64 small files (smoke)
+
+**The fleet.** One host of 30 days (2 targets x 6 ops, 60 lognormal samples per op and
+minute) is written by ``bench.bench_read.build`` (through ``Store.write`` a day at a time,
+``baseline.maintain`` after each day as the service runs it: the initial baseline after the
+first day, the monthly one when February begins). Its minutes older than ``--minute-days``
+are rolled up into hours (the service's retention, set short: 512 files of 30 days of
+minutes would take 94 GB). Each host file is a copy of it, made different: its latencies
+scaled per target by a whole number of histogram buckets (up to +-30 %, exactly: bucket
+indices, sums and extremes move together), a start up to a day later, 1 % of its minutes
+missing at random, every seventh host a missing hour, its host name; its baselines made anew
+from its own data as the service would (initial after its first day, monthly on February 1),
+and every eighth host rebaselined on February 10 (``slowdown rebaseline``). Files are built
+once into ``--dir`` and reused; a fleet of N hosts is a directory of N links to them.
+
+**The commands**, each in a fresh process at the fleet's last minute (``--at @END``):
+``slowdown`` and ``slowdown check`` at N = 1, 8, 64, 512; ``history --since 7d --every 10m``
+and ``report --since 7d`` at N = 1, 8, 64, 128; and 4,096 small host files (two hours each,
+with a baseline) read by ``slowdown`` and ``check`` under ``ulimit -n 256``. Each cell is
+the median of ``--runs`` rounds, the commands interleaved in an order rotated each round;
+peak RSS the largest GNU time saw in those runs. History and report at 128 hosts run for
+minutes each: by default once (``--wide-runs``), slowdown and check three times (``--runs``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import shutil
+import sqlite3
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from bench import bench_read
+from bench.bench_read import Command, fmt_time, source_state, utc_now
+from slowdown.analysis.histogram import Histogram, codec
+from slowdown.analysis.stats import baseline
+from slowdown.analysis.store import Store, schema
+from slowdown.analysis.store.records import HOUR, MINUTE, Record
+
+DAY = 86400
+T0 = 1_768_608_000  # 2026-01-17T00:00:00Z: 30 days that hold the start of February
+FEBRUARY = 1_769_904_000  # 2026-02-01T00:00:00Z
+REBASELINED = FEBRUARY + 9 * DAY + 12 * HOUR  # 2026-02-10 12:00 UTC
+SEED = 20260117
+DEFAULT_DIR = Path("/var/tmp/slowdown-fleet")
+SMALL_NOFILE = 256
+GIB = 2 ** 30
+
+
+def fleet_params(days: int, minute_days: int) -> dict:
+    return {"days": days, "t0": T0, "seed": SEED, "minute_days": minute_days,
+            "perturbation": 1, "schema": schema.VERSION}
+
+
+# -- the fleet ---------------------------------------------------------------------------------
+
+def base(directory: Path, days: int, minute_days: int) -> Path:
+    """The one host every host file is a copy of: 30 days, minutes of the last
+    ``minute_days`` only (older ones rolled up into hours), vacuumed."""
+    rolled = directory / f"base-{days}d-{minute_days}dmin.db"
+    if rolled.exists():
+        return rolled
+    raw = directory / f"base-{days}d.db"
+    if not raw.exists():
+        print(f"building the base host ({days} days; a few minutes)", file=sys.stderr)
+        bench_read.build(raw, days, T0, "base", SEED)
+    building = rolled.with_name(rolled.name + ".building")
+    shutil.copy(raw, building)
+    with Store(building) as store:
+        store.rollup(T0 + (days - minute_days) * DAY)
+        store.conn.execute("VACUUM")
+        store.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    os.replace(building, rolled)
+    return rolled
+
+
+def shift_blob(blob: bytes, buckets: int) -> bytes:
+    """The histogram with every value moved up ``buckets`` buckets (its scale's)."""
+    flags = blob[1]
+    offset = 3 + 8 * bool(flags & 0x08) + 32 * bool(flags & 0x10)
+    pairs = np.frombuffer(blob, codec.pair_dtype(flags), offset=offset).copy()
+    pairs["i"] += buckets
+    return blob[:offset] + pairs.tobytes()
+
+
+def make_host(source: Path, path: Path, i: int, days: int) -> None:
+    """Host ``i``: a copy of ``source`` made different (see the module's docstring)."""
+    rng = np.random.default_rng([SEED, i])
+    building = path.with_name(path.name + ".building")
+    shutil.copy(source, building)
+    host = path.stem
+    first = T0 + int(rng.integers(0, 5)) * 6 * HOUR
+    with Store(building) as store:
+        conn = store.conn
+        conn.execute("BEGIN IMMEDIATE")
+        conn.execute("UPDATE series SET host = ?", (host,))
+        for table in ("minutes", "hours"):
+            conn.execute(f"DELETE FROM {table} WHERE start < ?", (first,))
+        keys = conn.execute("SELECT series, start FROM minutes").fetchall()
+        gone = rng.choice(len(keys), len(keys) // 100, replace=False)
+        conn.executemany("DELETE FROM minutes WHERE series = ? AND start = ?",
+                         [keys[k] for k in gone.tolist()])
+        if i % 7 == 3:  # an hour without any record (the host was down)
+            hour = T0 + days * DAY - int(rng.integers(3, 40)) * HOUR
+            conn.execute("DELETE FROM minutes WHERE start >= ? AND start < ?", (hour, hour + HOUR))
+        for target in bench_read.TARGETS:
+            buckets = int(rng.integers(-12, 13))
+            factor = 2.0 ** (buckets / 2 ** 5)
+            for table in ("minutes", "hours"):
+                rows = conn.execute(
+                    f"SELECT r.series, r.start, r.hist FROM {table} r JOIN series s "
+                    "ON s.id = r.series WHERE s.target = ?", (target,)).fetchall()
+                conn.executemany(
+                    f"UPDATE {table} SET hist = ?, sum = sum * ?, sumsq = sumsq * ?, "
+                    "min = min * ?, max = max * ? WHERE series = ? AND start = ?",
+                    [(shift_blob(blob, buckets), factor, factor * factor, factor, factor,
+                      sid, start) for sid, start, blob in rows])
+        for table in ("minutes", "hours"):
+            schema.FILLS[5].run(conn, table, lambda rows: None)
+        conn.execute("DELETE FROM baselines")
+        conn.execute("DELETE FROM baseline_histograms")
+        conn.execute("COMMIT")
+        baseline.maintain(store, first + DAY, DAY, bench_read.STATISTICS)
+        baseline.maintain(store, FEBRUARY, DAY, bench_read.STATISTICS)
+        if i % 8 == 5:
+            baseline.rebaseline(store, REBASELINED, "new OSTs", REBASELINED - DAY,
+                                statistics=bench_read.STATISTICS)
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    os.replace(building, path)
+
+
+def hosts(directory: Path, count: int, days: int, minute_days: int) -> list[Path]:
+    """The first ``count`` host files (built when missing or of other parameters)."""
+    store = directory / "hosts"
+    meta = directory / "fleet.json"
+    wanted = fleet_params(days, minute_days)
+    if meta.exists() and json.loads(meta.read_text()).get("params") != wanted:
+        shutil.rmtree(store, ignore_errors=True)  # ours: made by this script
+    store.mkdir(parents=True, exist_ok=True)
+    meta.write_text(json.dumps({"params": wanted}) + "\n")
+    source = base(directory, days, minute_days)
+    paths = [store / f"h{i:04d}.db" for i in range(count)]
+    began, made = time.perf_counter(), 0
+    for i, path in enumerate(paths):
+        if not path.exists():
+            make_host(source, path, i, days)
+            made += 1
+            if made % 32 == 0:
+                print(f"{made} host files made ({time.perf_counter() - began:.0f} s)",
+                      file=sys.stderr)
+    return paths
+
+
+def linked(directory: Path, name: str, paths: list[Path]) -> Path:
+    """A directory of links to ``paths``: the fleet a glob names."""
+    where = directory / name
+    if where.exists() and len(list(where.iterdir())) == len(paths):
+        return where
+    shutil.rmtree(where, ignore_errors=True)
+    where.mkdir()
+    for path in paths:
+        (where / path.name).symlink_to(path)
+    return where
+
+
+def small_hosts(directory: Path, count: int, end: int) -> Path:
+    """``count`` small host files: two hours each, a baseline from the first."""
+    where = directory / f"small{count}"
+    if where.exists() and len(list(where.glob("*.db"))) == count:
+        return where
+    shutil.rmtree(where, ignore_errors=True)
+    where.mkdir(parents=True)
+    one = directory / "small-one.db"
+    if one.exists():
+        one.unlink()
+    rng = np.random.default_rng(SEED)
+    with Store(one) as store:
+        batch = []
+        for m in range(120):
+            for target in bench_read.TARGETS:
+                for op in bench_read.OPS:
+                    h = Histogram()
+                    h.record_many(rng.lognormal(np.log(2e-4), 0.5, 60))
+                    batch.append(Record("s", target, op, end - 2 * HOUR + m * MINUTE, h))
+        store.write(batch)
+        baseline.rebaseline(store, end - HOUR, "bench", end - 2 * HOUR, end - HOUR)
+        store.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    for i in range(count):
+        path = where / f"s{i:04d}.db"
+        shutil.copy(one, path)
+        with sqlite3.connect(path) as conn:
+            conn.execute("UPDATE series SET host = ?", (path.stem,))
+    return where
+
+
+# -- the commands ------------------------------------------------------------------------------
+
+def low_nofile() -> None:
+    resource.setrlimit(resource.RLIMIT_NOFILE, (SMALL_NOFILE, SMALL_NOFILE))
+
+
+def command_rows(directory: Path, sizes: list[int], wide: list[int], small: Path | None,
+                 end: int, env: dict[str, str]) -> list[tuple[str, int, Command]]:
+    """(kind, hosts, command) of every command timed."""
+    python = [sys.executable, "-m", "slowdown.analysis.cli"]
+    out = directory / "report.html"
+    rows = []
+    for n in sizes:
+        at = ["--db", str(directory / f"n{n}" / "*.db"), "--at", f"@{end}"]
+        rows.append(("slowdown", n, Command(f"slowdown-{n}", "slowdown", [*python, *at], env)))
+        rows.append(("check", n, Command(f"check-{n}", "check", [*python, "check", *at], env)))
+    for n in wide:
+        at = ["--db", str(directory / f"n{n}" / "*.db"), "--at", f"@{end}"]
+        rows.append(("history", n, Command(f"history-{n}", "history", [
+            *python, "history", *at, "--since", "7d", "--every", "10m"], env)))
+        rows.append(("report", n, Command(f"report-{n}", "report", [
+            *python, "report", *at, "--since", "7d", "-o", str(out)], env)))
+    if small is not None:
+        count = len(list(small.glob("*.db")))
+        at = ["--db", str(small / "*.db"), "--at", f"@{end}"]
+        rows.append(("slowdown-small", count, Command(
+            f"small-slowdown-{count}", "slowdown", [*python, *at], env)))
+        rows.append(("check-small", count, Command(
+            f"small-check-{count}", "check", [*python, "check", *at], env)))
+    return rows
+
+
+def run_once(command: Command, limited: bool, scratch: Path) -> tuple[float, int | None]:
+    """Wall time from the fork to the exit, and peak RSS (GNU time's), of one run."""
+    rss_file = scratch / "rss.txt"
+    began = time.perf_counter()
+    done = subprocess.run(["/usr/bin/time", "-o", str(rss_file), "-f", "%M", *command.argv],
+                          env=command.env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                          stderr=subprocess.PIPE, preexec_fn=low_nofile if limited else None)
+    took = time.perf_counter() - began
+    if done.returncode not in (0, 1, 2) or (done.returncode and "check" not in command.key):
+        raise SystemExit(f"{' '.join(command.argv)}: exit {done.returncode}: "
+                         f"{done.stderr.decode(errors='replace')[-2000:]}")
+    text = rss_file.read_text().strip().splitlines()[-1:] or [""]
+    return took, int(text[0]) * 1024 if text[0].isdigit() else None
+
+
+def measure(rows: list[tuple[str, int, Command]], runs: int, wide_runs: int,
+            scratch: Path) -> tuple[dict, dict]:
+    """``runs`` rounds of slowdown and check, the first ``wide_runs`` of them with history
+    and report too; the commands of a round in an order rotated round by round."""
+    times: dict[str, list[float]] = {c.key: [] for _, _, c in rows}
+    memory: dict[str, int | None] = {c.key: None for _, _, c in rows}
+    for r in range(max(runs, wide_runs)):
+        now = [row for row in rows if r < (wide_runs if row[0] in ("history", "report")
+                                           else runs)]
+        shift = r % len(now)
+        for kind, _, command in now[shift:] + now[:shift]:
+            took, rss = run_once(command, kind.endswith("-small"), scratch)
+            times[command.key].append(took)
+            if rss is not None:
+                memory[command.key] = max(memory[command.key] or 0, rss)
+        print(f"round {r + 1} done", file=sys.stderr)
+    return times, memory
+
+
+# -- the report --------------------------------------------------------------------------------
+
+GOALS = {  # kind: (hosts, seconds or None, RSS bytes, what)
+    "slowdown": (512, None, GIB, "within 10x of one host, under 1 GiB"),
+    "check": (512, None, GIB, "within 10x of one host, under 1 GiB"),
+    "history": (128, 10.0, GIB, "under 10 s and 1 GiB"),
+    "report": (128, 30.0, 2 * GIB, "under 30 s and 2 GiB"),
+}
+
+
+def cell(times: list[float], rss: int | None) -> str:
+    return f"{fmt_time(statistics.median(times))} / " + \
+        ("n/a" if rss is None else f"{rss / 2**20:,.0f} MiB")
+
+
+def tables(rows, times, memory) -> str:
+    kinds = list(dict.fromkeys(kind for kind, _, _ in rows))
+    sizes = sorted({n for _, n, _ in rows})
+    lines = ["| command | " + " | ".join(f"{n} host{'s' if n > 1 else ''}" for n in sizes)
+             + " |", "|---|" + "---:|" * len(sizes)]
+    by = {(kind, n): c for kind, n, c in rows}
+    for kind in kinds:
+        label = next(c.label for k, _, c in rows if k == kind)
+        extra = {"history": " --since 7d --every 10m", "report": " --since 7d"}.get(kind, "")
+        if kind.endswith("-small"):
+            extra = f" (ulimit -n {SMALL_NOFILE}, small files)"
+        lines.append(f"| `{label}{extra}` | " + " | ".join(
+            cell(times[by[(kind, n)].key], memory[by[(kind, n)].key]) if (kind, n) in by
+            else "" for n in sizes) + " |")
+    lines += ["", "| goal | measured | met? |", "|---|---|---|"]
+    for kind, (n, limit, rss_limit, what) in GOALS.items():
+        c = by.get((kind, n))
+        if c is None:
+            continue
+        t, rss = statistics.median(times[c.key]), memory[c.key]
+        if limit is None:
+            one = by.get((kind, 1))
+            base_time = statistics.median(times[one.key]) if one else None
+            ratio = t / base_time if base_time else None
+            met = ratio is not None and ratio <= 10 and rss is not None and rss < rss_limit
+            shown = f"{fmt_time(t)} ({ratio:.1f}x of 1 host), " if ratio else f"{fmt_time(t)}, "
+        else:
+            met = t < limit and rss is not None and rss < rss_limit
+            shown = f"{fmt_time(t)}, "
+        shown += "n/a" if rss is None else f"{rss / 2**20:,.0f} MiB"
+        lines.append(f"| `{kind}` over {n} hosts {what} | {shown} | "
+                     f"{'yes' if met else '**no**'} |")
+    for kind in ("slowdown-small", "check-small"):
+        found = [c for k, _, c in rows if k == kind]
+        if found:
+            lines.append(f"| `{found[0].label}` over {found[0].key.rsplit('-', 1)[1]} files "
+                         f"with `ulimit -n {SMALL_NOFILE}` | "
+                         f"{fmt_time(statistics.median(times[found[0].key]))} | yes |")
+    return "\n".join(lines)
+
+
+def sizes_of(paths: list[Path]) -> str:
+    total = sum(p.stat().st_size for p in paths)
+    return (f"{len(paths)} files, {total / 2**30:.2f} GiB "
+            f"({total / len(paths) / 2**20:.1f} MiB each)")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true",
+                        help="2 days, 1, 2 and 4 hosts, 64 small files, 1 round (smoke test)")
+    parser.add_argument("--dir", type=Path, default=DEFAULT_DIR)
+    parser.add_argument("--runs", type=int, default=3, help="rounds of slowdown and check")
+    parser.add_argument("--wide-runs", type=int, default=1,
+                        help="rounds of history and report (each run long at 128 hosts)")
+    parser.add_argument("--hosts", default="1,8,64,512", help="fleet sizes of slowdown, check")
+    parser.add_argument("--wide", default="1,8,64,128", help="fleet sizes of history, report")
+    parser.add_argument("--small", type=int, default=4096, help="small files (ulimit -n 256)")
+    parser.add_argument("--minute-days", type=int, default=2,
+                        help="days of minute records kept (older ones are hours)")
+    parser.add_argument("--build-only", action="store_true")
+    args = parser.parse_args(argv)
+    days = 2 if args.quick else 30
+    sizes = [1, 2, 4] if args.quick else [int(n) for n in args.hosts.split(",")]
+    wide = [1, 2] if args.quick else [int(n) for n in args.wide.split(",") if n]
+    small_count = 64 if args.quick else args.small
+    runs = 1 if args.quick else args.runs
+    wide_runs = 1 if args.quick else args.wide_runs
+    minute_days = 1 if args.quick else args.minute_days
+    directory = args.dir
+    directory.mkdir(parents=True, exist_ok=True)
+    began = time.perf_counter()
+    every = hosts(directory, max([*sizes, *wide]), days, minute_days)
+    for n in sorted({*sizes, *wide}):
+        linked(directory, f"n{n}", every[:n])
+    end = T0 + days * DAY
+    small = small_hosts(directory, small_count, end) if small_count else None
+    built = time.perf_counter() - began
+    print(f"fleet: {sizes_of(every)}; small: "
+          f"{sizes_of(sorted(small.glob('*.db'))) if small else 'none'}; "
+          f"ready in {built:.0f} s", file=sys.stderr)
+    if args.build_only:
+        return 0
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    env.update(PYTHONPYCACHEPREFIX=str(directory / "pycache"),
+               SLOWDOWN_CONFIG=str(bench_read.write_config(directory, directory / "none.db")))
+    rows = command_rows(directory, sizes, wide, small, end, env)
+    for kind, _, command in rows:  # a warm-up of the short ones: a failure before any timing
+        if kind not in ("history", "report"):
+            run_once(command, kind.endswith("-small"), directory)
+    times, memory = measure(rows, runs, wide_runs, directory)
+    print(f"# fleet benchmark, {utc_now()}\n")
+    print(f"{source_state()}; load average {bench_read.load_average()}; {runs} rounds of "
+          f"slowdown and check, {wide_runs} of history and report; {bench_read.environment(None)}"
+          "\n")
+    print(f"fleet: {sizes_of(every)}; small files: "
+          f"{sizes_of(sorted(small.glob('*.db'))) if small else 'none'}\n")
+    print(tables(rows, times, memory))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

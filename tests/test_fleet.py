@@ -1,0 +1,267 @@
+"""Cluster views over many host files: baselines that merge exactly, what was merged, bad files
+among many, and a bound on the descriptors held whatever the number of files."""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import shutil
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from slowdown.analysis.cli.main import main
+from slowdown.analysis.histogram import Histogram
+from slowdown.analysis.stats import baseline
+from slowdown.analysis.stats.baseline import BaselineBook
+from slowdown.analysis.store import Store
+from tests.datakit import fill, lognormal, utc
+
+NOV = utc(2026, 11, 1)
+HOUR = 3600
+AT = "2026-11-01T02:00:00Z"  # two hours after NOV
+
+
+def run(*args: str) -> tuple[int, str]:
+    result = CliRunner().invoke(main, list(args), catch_exceptions=False)
+    return result.exit_code, result.output
+
+
+# -- expected values that merge ----------------------------------------------------------------
+
+def test_cluster_baseline_is_the_baseline_of_the_merged_samples(tmp_path):
+    """Three hosts, rebaselined at different moments from different periods: at any moment
+    the cluster's expected value is the statistic of the samples behind the baselines then in
+    force, merged; with the records themselves gone (pruned), from the stored histograms."""
+    minutes = 6 * 60
+    periods = [(NOV, NOV + 2 * HOUR, NOV + 3 * HOUR),  # (data from, data to, rebaselined at)
+               (NOV + HOUR, NOV + 4 * HOUR, NOV + 4 * HOUR),
+               (NOV + 2 * HOUR, NOV + 5 * HOUR, NOV + 5 * HOUR)]
+    raw = []
+    for i, median in enumerate((0.001, 0.003, 0.009)):
+        db = tmp_path / f"n{i}.db"
+        raw.append(fill(db, NOV, minutes, lognormal(median, 0.5), host=f"n{i}",
+                        ops=("md-stat",), seed=i))
+        start, end, at = periods[i]
+        with Store(db) as store:
+            baseline.rebaseline(store, at, "new OSTs", start, end, statistics=("q95",))
+    for path in tmp_path.glob("n*.db"):  # the records are pruned: only the baselines are left
+        with sqlite3.connect(path) as conn:
+            conn.execute("DELETE FROM minutes")
+    stores = [Store(tmp_path / f"n{i}.db", readonly=True) for i in range(3)]
+    book = BaselineBook(stores)
+    for at, hosts in ((NOV + 3 * HOUR, (0,)), (NOV + 4 * HOUR + 60, (0, 1)),
+                      (NOV + 6 * HOUR, (0, 1, 2))):
+        whole = Histogram()
+        for i in hosts:
+            first, last = ((periods[i][0] - NOV) // 60, (periods[i][1] - NOV) // 60)
+            whole.record_many(np.concatenate(raw[i][first:last]))
+        for statistic, value in (("median", whole.quantile(0.5)), ("q95", whole.quantile(0.95)),
+                                 ("max", whole.max)):
+            e = book.expected("work", "md-stat", statistic, at)
+            assert e.value == value, (statistic, at)
+            assert e.hosts == len(hosts) and not e.provisional
+        assert book.expected("work", "md-stat", "mean", at).value == pytest.approx(whole.mean)
+    periods_seen = book.expected_periods("work", "md-stat", "median", NOV + 3 * HOUR,
+                                         NOV + 6 * HOUR)
+    assert [p for p, _ in periods_seen] == [NOV + 3 * HOUR, NOV + 4 * HOUR, NOV + 5 * HOUR]
+
+
+def test_migration_6_fills_histograms_from_the_records_that_made_them(tmp_path):
+    """A database of schema 5 with baselines: its histograms are filled from the records of
+    each baseline's period, equal to those a new baseline stores; a baseline whose records
+    were pruned stays without one (the reader then merges whatever records are left)."""
+    db = tmp_path / "n1.db"
+    fill(db, NOV, 26 * 60, lognormal(0.002, 0.4), ops=("md-stat", "md-read"))
+    with Store(db) as store:
+        made = baseline.maintain(store, NOV + 25 * HOUR)
+        assert {b.reason for b in made} == {"initial"}
+        stored = baseline.load_histograms(store)
+    assert len(stored) == 2
+    with sqlite3.connect(db) as conn:  # back to schema 5, the md-read records pruned
+        conn.execute("DROP TABLE baseline_histograms")
+        conn.execute("PRAGMA user_version = 5")
+        conn.execute("DELETE FROM minutes WHERE series = (SELECT id FROM series "
+                     "WHERE op = 'md-read')")
+    other = tmp_path / "n2.db"  # a reader reads schema 5 as it is, from the records
+    fill(other, NOV, 26 * 60, lognormal(0.002, 0.4), ops=("md-stat",), host="n2", seed=3)
+    with Store(other) as store:
+        baseline.maintain(store, NOV + 25 * HOUR)
+    stores = [Store(db, readonly=True), Store(other, readonly=True)]
+    e = BaselineBook(stores).expected("work", "md-stat", "median", NOV + 25 * HOUR)
+    assert e.hosts == 2 and e.value == baseline.compute(
+        stores, "work", "md-stat", ["median"], NOV, NOV + 25 * HOUR)[0][1]
+    for store in stores:
+        store.close()
+    with Store(db) as store:  # the service's open migrates
+        filled = baseline.load_histograms(store)
+    assert list(filled) == [key for key in stored if key[1] == "md-stat"]
+    assert all(filled[key] == stored[key] for key in filled)
+
+
+# -- what was merged ---------------------------------------------------------------------------
+
+@pytest.fixture
+def three_hosts(tmp_path):
+    """n0 and n1 report for two hours; n2 stopped reporting after 30 minutes."""
+    for i, minutes in enumerate((120, 120, 30)):
+        fill(tmp_path / f"n{i}.db", NOV, minutes, lognormal(0.001 * (i + 1), 0.3),
+             host=f"n{i}", ops=("md-stat", "md-read"), seed=i)
+    return tmp_path
+
+
+def test_cluster_views_say_how_many_hosts_and_which_had_no_records(three_hosts):
+    glob = str(three_hosts / "n*.db")
+    code, out = run("--db", glob, "--at", AT)
+    assert code == 0
+    assert out.strip().splitlines()[-1].endswith(
+        "merged 2 of 3 hosts (3 files); no records in the last 1h from n2")
+    code, out = run("--db", glob, "--at", AT, "-v")
+    assert "merged 2 of 3 hosts (3 files); no records in the last 1h from n2" in out
+    code, out = run("--db", glob, "--at", AT, "--json")
+    merged = json.loads(out)["merged"]
+    assert (merged["files"], merged["hosts"], merged["reporting"]) == (3, 3, 2)
+    assert merged["without_records"] == ["n2"] and merged["skipped"] == []
+    code, out = run("check", "--db", glob, "--at", AT, "--window", "10m")
+    assert "; merged 2 of 3 hosts (3 files); no records in the last 10m from n2" in out
+    code, out = run("--db", glob, "--at", "2026-11-01T00:40:00Z")  # n2 still reporting
+    assert out.strip().splitlines()[-1].endswith("merged 3 of 3 hosts (3 files)")
+    page = three_hosts / "r.html"
+    code, out = run("report", "--db", glob, "--at", AT, "--since", "2h", "-o", str(page))
+    assert code == 0, out
+    assert "report: merged 3 of 3 hosts (3 files)" in out
+    code, out = run("report", "--db", glob, "--at", AT, "--since", "30m", "-o", str(page))
+    assert "no records in the report's period from n2" in out
+    assert "no records in the report&#x27;s period from n2" in page.read_text()
+
+
+def test_one_file_says_nothing_of_merging(three_hosts):
+    code, out = run("--db", str(three_hosts / "n0.db"), "--at", AT)
+    assert code == 0 and "merged" not in out
+
+
+# -- bad input among many files ----------------------------------------------------------------
+
+def bad_files(directory: Path) -> dict[str, str]:
+    """A damaged, a foreign, a newer and an unreadable file beside good ones: name -> what
+    the one-line error says of it."""
+    damaged = directory / "damaged.db"
+    shutil.copy(directory / "n0.db", damaged)
+    with open(damaged, "r+b") as f:  # the schema page (after the header) overwritten
+        f.seek(100)
+        f.write(b"\xa5" * 3000)
+    (directory / "foreign.db").write_text("not a database at all\n" * 100)
+    newer = directory / "newer.db"
+    shutil.copy(directory / "n1.db", newer)
+    with sqlite3.connect(newer) as conn:
+        conn.execute("PRAGMA user_version = 99")
+    unreadable = directory / "unreadable.db"
+    shutil.copy(directory / "n1.db", unreadable)
+    unreadable.chmod(0)
+    return {"damaged.db": "malformed", "foreign.db": "not a database",
+            "newer.db": "schema version 99 is newer", "unreadable.db": "unable to open"}
+
+
+# Root reads a file of mode 000 anyway: it runs without the capabilities that let it.
+WITHOUT_OVERRIDE = (["setpriv", "--bounding-set", "-dac_override,-dac_read_search",
+                     "--inh-caps", "-dac_override,-dac_read_search"]
+                    if os.geteuid() == 0 else [])
+
+
+def slowdown(directory: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([*WITHOUT_OVERRIDE, sys.executable, "-m", "slowdown.analysis.cli",
+                           *args], capture_output=True, text=True, timeout=120, cwd=directory)
+
+
+def test_bad_files_among_many_are_named_and_the_others_read(three_hosts):
+    said = bad_files(three_hosts)
+    glob = str(three_hosts / "*.db")
+    done = slowdown(three_hosts, "--db", glob, "--at", AT)
+    assert done.returncode == 0, done.stderr
+    last = done.stdout.strip().splitlines()[-1]
+    assert "merged 2 of 3 hosts (3 files); no records in the last 1h from n2; " \
+           "4 files skipped: " in last
+    for name, words in said.items():
+        assert f"{three_hosts / name}: " in last and words in last, (name, last)
+    doc = json.loads(slowdown(three_hosts, "--db", glob, "--at", AT, "--json").stdout)
+    assert sorted(Path(s["database"]).name for s in doc["merged"]["skipped"]) == sorted(said)
+    check = slowdown(three_hosts, "check", "--db", glob, "--at", AT)
+    assert check.returncode == 0 and "4 files skipped" in check.stdout
+    for name, words in said.items():  # named alone: one line, and a failure
+        alone = slowdown(three_hosts, "--db", str(three_hosts / name), "--at", AT)
+        assert alone.returncode == 1 and alone.stdout == ""
+        lines = alone.stderr.strip().splitlines()
+        assert len(lines) == 1 and str(three_hosts / name) in lines[0] \
+            and words in lines[0], (name, lines)
+
+
+# -- a bound on descriptors --------------------------------------------------------------------
+
+FILES = 120
+NOFILE = 32
+
+
+def low_nofile():
+    resource.setrlimit(resource.RLIMIT_NOFILE, (NOFILE, NOFILE))
+
+
+def test_many_files_are_read_with_few_descriptors(three_hosts):
+    """120 host files read under ``ulimit -n 32``: every command holds a few open at once."""
+    fleet = three_hosts / "fleet"
+    fleet.mkdir()
+    for i in range(FILES):
+        path = fleet / f"h{i:03d}.db"
+        shutil.copy(three_hosts / f"n{i % 2}.db", path)
+        with sqlite3.connect(path) as conn:
+            conn.execute("UPDATE series SET host = ?", (f"h{i:03d}",))
+    glob = str(fleet / "*.db")
+    for args in (["--json"], ["check"], ["history", "--since", "1h", "--every", "10m"],
+                 ["report", "--since", "1h", "-o", str(three_hosts / "r.html")]):
+        done = subprocess.run([sys.executable, "-m", "slowdown.analysis.cli", *args,
+                               "--db", glob, "--at", AT], capture_output=True, text=True,
+                              timeout=300, preexec_fn=low_nofile)
+        assert done.returncode == 0, (args, done.stderr[-2000:])
+        assert "files skipped" not in done.stdout + done.stderr
+    doc = json.loads(subprocess.run(
+        [sys.executable, "-m", "slowdown.analysis.cli", "--json", "--db", glob, "--at", AT],
+        capture_output=True, text=True, timeout=300, preexec_fn=low_nofile).stdout)
+    assert (doc["merged"]["files"], doc["merged"]["reporting"]) == (FILES, FILES)
+
+
+def test_nested_windows_over_many_files_are_each_windows_merge(three_hosts):
+    """The windows a cluster's ``slowdown`` reads at once equal each window read alone."""
+    from slowdown.analysis.store import Selection, aggregate
+    from slowdown.analysis.store.cluster_windows import nested_windows
+
+    stores = [Store(path, readonly=True) for path in sorted(three_hosts.glob("n*.db"))]
+    end = NOV + 100 * 60
+    found = nested_windows(stores, Selection(), end, [60, 600, 3600])
+    assert {key[:2] for key in found} == {("work", "md-stat"), ("work", "md-read")}
+    for (target, op, span), agg in found.items():
+        alone = aggregate(stores, Selection(targets=(target,), ops=(op,), start=end - span,
+                                            end=end))
+        assert agg.histogram == alone.histogram
+        assert (agg.records, agg.first, agg.last, agg.errors, agg.stuck) == \
+            (alone.records, alone.first, alone.last, alone.errors, alone.stuck)
+        assert agg.histogram.sum == pytest.approx(alone.histogram.sum, rel=1e-12)
+        assert (agg.histogram.min, agg.histogram.max) == (alone.histogram.min,
+                                                          alone.histogram.max)
+
+
+def test_rebaseline_over_several_files_does_each(three_hosts):
+    (three_hosts / "foreign.db").write_text("not a database at all\n" * 100)
+    code, out = run("rebaseline", "--db", str(three_hosts / "*.db"), "--reason", "new OSTs",
+                    "--from", "2026-11-01T00:00:00Z", "--to", "2026-11-01T00:30:00Z")
+    assert code == 1
+    assert f"{three_hosts / 'foreign.db'}: " in out and "1 of 4 databases not rebaselined" in out
+    for i in range(3):
+        assert f"{three_hosts / f'n{i}.db'}: new baseline for 2 target/op pairs" in out
+        with Store(three_hosts / f"n{i}.db", readonly=True) as store:
+            assert {b.reason for b in baseline.load(store)} == {"new OSTs"}
+            assert len(baseline.load_histograms(store)) == 2
