@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import os
 import re
-import socket
 import sys
 import time
 from collections.abc import Callable
@@ -32,7 +31,6 @@ from slowdown.analysis.fio import FioLogError
 from slowdown.analysis.fio.intervals import DIRECTION_LETTERS, IntervalSeries
 from slowdown.analysis.fio.latlog import UNITS as LAT_UNITS
 from slowdown.analysis.fio.merge import merge
-from slowdown.analysis.fio.minute_records import MinuteRecords
 from slowdown.analysis.fio.output import (
     UNIT_SECONDS,
     csv_text,
@@ -42,7 +40,6 @@ from slowdown.analysis.fio.output import (
 )
 from slowdown.analysis.fio.percentiles import METHODS, parse_percentiles
 from slowdown.analysis.fio.sources import Source, open_sources
-from slowdown.analysis.units import parse_time
 
 EXIT_BAD_INPUT = 2
 NOWEIGHT_OFFSET_MS = 10  # fiologparser_hist.py --noweight: a line counts where time + 10 falls
@@ -118,6 +115,8 @@ def _start_ms(start: str | None, sources: list[Source]) -> int:
             f"{sources[0].path}: times are ms since the job started; give --start (when fio "
             "started, e.g. 2026-11-21T15:56:25Z or @1795276585) or run fio with "
             "--log_unix_epoch=1")
+    from slowdown.analysis.units import parse_time
+
     try:
         return round(parse_time(start, time.time()) * 1000)
     except ValueError as exc:
@@ -258,6 +257,11 @@ def import_fio(files: tuple[Path, ...], interval_ms: int, weighted: bool,
         except OSError as exc:
             raise FioImportError(str(exc)) from None
         return
+
+    # Imported only here: printing needs neither slowdown's histogram nor the store.
+    import socket
+
+    from slowdown.analysis.fio.minute_records import MinuteRecords
 
     start_ms = _start_ms(start, sources)
     local = socket.gethostname()
