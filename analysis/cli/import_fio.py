@@ -130,9 +130,10 @@ def _start_ms(start: str | None, sources: list[Source]) -> int:
               help="Width of the output intervals.")
 @click.option("--weighted/--noweight", default=True, show_default=True,
               help="Histogram logs: spread each line over the intervals its samples ran in "
-                   "(--weighted), or count it whole in one interval, the one its time + "
-                   "--offset-ms falls in (--noweight): the two modes of fiologparser_hist.py, "
-                   "its default too. Latency logs have the time of every sample.")
+                   "(--weighted, the default, as fiologparser_hist.py's), or count it whole "
+                   "in the interval its time + --offset-ms falls in (--noweight, as "
+                   "fiologparser_hist.py --noweight). Latency logs hold the time of every "
+                   "sample: neither applies.")
 @click.option("-d", "--directions", default=None, metavar="LETTERS",
               help="Rows per direction: r(ead), w(rite), t(rim), m(ixed: all); adds a dir "
                    "column (default: m only, no dir column).")
@@ -184,7 +185,9 @@ def import_fio(files: tuple[Path, ...], interval_ms: int, weighted: bool,
                merge_existing: bool, progress: bool | None, threads: int | None) -> None:
     """Merge fio histogram logs (--write_hist_log) or latency logs (--write_lat_log) of any
     number of jobs and hosts into percentiles per interval: CSV like fiologparser_hist.py,
-    JSON, or records in the database (--into-db)."""
+    JSON, or records in the database (--into-db). The same options as fiologparser_hist.py
+    (none; --noweight; -i, --percentiles, --directions) give the same percentiles, within
+    one fio bin."""
     mode_given = click.get_current_context().get_parameter_source("weighted") not in (
         ParameterSource.DEFAULT, ParameterSource.DEFAULT_MAP, None)
     offsets = _host_offsets(host_offsets)
