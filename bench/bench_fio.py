@@ -34,6 +34,7 @@ import argparse
 import csv
 import gzip
 import io
+import json
 import os
 import platform
 import shutil
@@ -41,7 +42,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -66,19 +66,43 @@ class Run:
 ENV = dict(os.environ)  # run() points PYTHONPYCACHEPREFIX into its directory
 
 
-def measure(argv: list[str], stdout: Path | None = None, env: dict | None = None) -> Run:
-    """One process: wall time, user + system CPU and peak RSS (from wait4)."""
-    with tempfile.TemporaryFile() as errors, \
-            open(stdout or os.devnull, "wb") as out:
+# Runs each measured command and reports wall time, CPU and peak RSS from wait4. A separate
+# small process, because Linux counts in a child's peak RSS the peak of the memory it was
+# started from (subprocess starts children with vfork, and exec keeps the old memory's peak):
+# started from this benchmark, with numpy and the logs it reads, every tool would seem to
+# need at least as much as the benchmark itself.
+LAUNCHER = r"""
+import json, os, subprocess, sys, time
+for line in sys.stdin:
+    job = json.loads(line)
+    with open(job["stdout"], "wb") as out, open(job["stderr"], "wb") as err:
         start = time.perf_counter()
-        process = subprocess.Popen(argv, stdout=out, stderr=errors, env={**ENV, **(env or {})})
+        process = subprocess.Popen(job["argv"], stdout=out, stderr=err, env=job["env"])
         _, status, usage = os.wait4(process.pid, 0)
         wall = time.perf_counter() - start
-        process.returncode = os.waitstatus_to_exitcode(status)
-        if process.returncode != 0:
-            errors.seek(0)
-            raise SystemExit(f"{' '.join(argv[:4])}... failed:\n{errors.read().decode()}")
-    return Run(wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024)
+    print(json.dumps([wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss,
+                      os.waitstatus_to_exitcode(status)]), flush=True)
+"""
+_launcher: list[subprocess.Popen] = []
+
+
+def measure(argv: list[str], stdout: Path | None = None, env: dict | None = None) -> Run:
+    """One process: wall time, user + system CPU and peak RSS (from wait4)."""
+    if not _launcher:
+        _launcher.append(subprocess.Popen([sys.executable, "-S", "-c", LAUNCHER],
+                                          stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                          text=True))
+    launcher = _launcher[0]
+    with tempfile.NamedTemporaryFile() as errors:
+        job = {"argv": argv, "stdout": str(stdout or os.devnull), "stderr": errors.name,
+               "env": {**ENV, **(env or {})}}
+        launcher.stdin.write(json.dumps(job) + "\n")
+        launcher.stdin.flush()
+        wall, cpu, rss_kib, code = json.loads(launcher.stdout.readline())
+        if code != 0:
+            raise SystemExit(f"{' '.join(argv[:4])}... failed:\n"
+                             f"{Path(errors.name).read_text()}")
+    return Run(wall, cpu, rss_kib / 1024)
 
 
 def median_run(argv: list[str], runs: int, stdout: Path | None = None,
@@ -202,7 +226,9 @@ def bench_histograms(work: Path, runs: int, sizes: list[int], hosts: int,
     bins = len(cases[0].files[0].read_text().split("\n", 1)[0].split(",")) - 3
     for case in cases:  # files into the page cache; each tool's bytecode written
         for path in case.files:
-            path.read_bytes()
+            with open(path, "rb") as f:
+                while f.read(1 << 20):
+                    pass
     for mode in modes:
         first = next(c for c in cases if c.mode == mode)
         for argv in [*first.argv(script), *([first.before_argv(before)] if before else [])]:
@@ -374,6 +400,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--dir", type=Path, default=None,
                         help="work directory (kept; the logs are reused from it)")
     parser.add_argument("--skip-latency", action="store_true")
+    parser.add_argument("--floor-runs", type=int, default=5,
+                        help="runs of each start-up floor (no input)")
     parser.add_argument("--before", type=Path, default=None, metavar="DIR",
                         help="also time import-fio of an earlier tree (DIR holds slowdown/"
                              "analysis, as PYTHONPATH) in the same rounds; it must print the "
@@ -394,8 +422,11 @@ def main(argv: list[str] | None = None) -> None:
                                         args.before)
         latencies = None if args.skip_latency else bench_latencies(
             work, args.runs, args.lat_lines, args.lat_files, args.iops, args.lat_source)
-        print(report(cases, loads, latencies, args.runs, start_floors(max(args.runs, 5))))
+        print(report(cases, loads, latencies, args.runs, start_floors(args.floor_runs)))
     finally:
+        for launcher in _launcher:
+            launcher.stdin.close()
+            launcher.wait()
         if args.dir is None:
             shutil.rmtree(work, ignore_errors=True)
 

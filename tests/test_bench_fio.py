@@ -16,11 +16,11 @@ HEAD = ("| logs | mode | files | MiB | import-fio | fiologparser_hist.py | ratio
         "ratio (CPU) | goal | met? |")
 
 
-@pytest.mark.slow  # two fiologparser_hist.py runs and the start-up floors: about 5 s
+@pytest.mark.slow  # two runs of each tool, one of each start-up floor: about 5 s
 def test_bench_fio_prints_the_side_by_side_table(tmp_path):
     done = subprocess.run(
         [sys.executable, "-m", "bench.bench_fio", "--runs", "1", "--sizes", "1",
-         "--modes", "noweight", "--skip-latency", "--dir", str(tmp_path)],
+         "--modes", "noweight", "--skip-latency", "--floor-runs", "1", "--dir", str(tmp_path)],
         cwd=ROOT, capture_output=True, text=True, timeout=120,
     )
     assert done.returncode == 0, done.stderr
