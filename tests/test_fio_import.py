@@ -248,14 +248,14 @@ def test_spacing_other_than_fios_is_read_too(tmp_path):
 
 def test_end_mode_counts_every_sample_once():
     total = sum(int(file_counts(p)[:, 3:].sum()) for p in HIST)
-    rows = table(run(*HIST).stdout)
+    rows = table(run("--noweight", *HIST).stdout)
     assert sum(int(r["samples"]) for r in rows) == total
     ends = [int(r["end-time"]) for r in rows]
     assert ends == sorted(ends) and all(e % 1000 == 0 for e in ends)
 
 
 def test_directions_split_the_mixed_rows():
-    rows = table(run("--directions", "rwm", "-i", 2000, *HIST).stdout)
+    rows = table(run("--noweight", "--directions", "rwm", "-i", 2000, *HIST).stdout)
     by = {}
     for r in rows:
         by.setdefault(r["end-time"], {})[r["dir"]] = int(r["samples"])
@@ -266,13 +266,34 @@ def test_directions_split_the_mixed_rows():
 
 def test_weighting_spreads_samples_over_intervals():
     total = sum(int(file_counts(p)[:, 3:].sum()) for p in HIST)
-    plain = table(run(*HIST).stdout)
+    plain = table(run("--noweight", *HIST).stdout)
     weighted = table(run("--weighted", *HIST).stdout)
     shares = sum(float(r["samples"]) for r in weighted)
     # Only the shares before time 0 (the first lines reach back half an interval) are lost.
     assert 0.97 * total < shares <= total + len(weighted)
     assert len(weighted) >= len(plain)
     assert abs(float(weighted[5]["median"]) / float(plain[5]["median"]) - 1) < 0.1
+
+
+def test_the_default_is_fiologparsers_default_and_noweight_its_noweight(tmp_path):
+    """No options: weighted, as fiologparser_hist.py with no options. --noweight counts a line
+    whole in the interval its time + 10 ms falls in, as fiologparser_hist.py --noweight:
+    a line logged at 995 ms goes to the interval ending at 2000 ms; --offset-ms 0 puts it in
+    the one its time falls in."""
+    assert run(*HIST).stdout == run("--weighted", *HIST).stdout
+    line = tmp_path / "h_clat_hist.1.log"
+    write_hist(line, [(995, 0, {700: 3}), (1500, 0, {700: 1})])
+    assert [(r["end-time"], r["samples"]) for r in table(run("--noweight", line).stdout)] == \
+        [("2000", "4")]
+    assert [(r["end-time"], r["samples"])
+            for r in table(run("--noweight", "--offset-ms", 0, line).stdout)] == \
+        [("1000", "3"), ("2000", "1")]
+    # Latency logs have the time of every sample: no weighting, no shift, whatever the mode.
+    lat = write_lat(tmp_path / "l_clat.1.log", [(995, 200, 0), (1500, 300, 0)])
+    assert run(lat).stdout == run("--noweight", lat).stdout == \
+        "end-time, samples, min, avg, median, 90%, 95%, 99%, max\n" \
+        "1000, 1, 200, 200.000, 200.000, 200.000, 200.000, 200.000, 200\n" \
+        "2000, 1, 300, 300.000, 300.000, 300.000, 300.000, 300.000, 300\n"
 
 
 def test_rank_method_is_fios_own_percentile():
@@ -283,7 +304,8 @@ def test_rank_method_is_fios_own_percentile():
         job = doc["jobs"][number - 1]
         ddir = "read" if job["jobname"] == "rd" else "write"
         fio = job[ddir]["clat_ns"]["percentile"]
-        row = table(run("--method", "rank", "-i", 10**9, "-p", "90,99", path).stdout)[0]
+        row = table(run("--noweight", "--method", "rank", "-i", 10**9, "-p", "90,99",
+                        path).stdout)[0]
         for ours, p in ((row["median"], "50.000000"), (row["90%"], "90.000000"),
                         (row["99%"], "99.000000")):
             bin_ = NS.index(np.array([fio[p]]))[0]
@@ -396,8 +418,8 @@ def test_host_offsets_shift_one_hosts_logs(tmp_path):
         (tmp_path / host).mkdir()
         shutil.copy(HIST[0], tmp_path / host / HIST[0].name)
     logs = [tmp_path / "n1" / HIST[0].name, tmp_path / "n2" / HIST[0].name]
-    alone = table(run("-i", 100, HIST[0]).stdout)
-    shifted = table(run("-i", 100, "--host-offset", "n2=5000", *logs).stdout)
+    alone = table(run("--noweight", "-i", 100, HIST[0]).stdout)
+    shifted = table(run("--noweight", "-i", 100, "--host-offset", "n2=5000", *logs).stdout)
     by_end = {int(r["end-time"]): int(r["samples"]) for r in shifted}
     first = {int(r["end-time"]): int(r["samples"]) for r in alone}
     for end, samples in first.items():
@@ -428,7 +450,8 @@ def test_into_db_writes_minute_records_like_the_probes(tmp_path):
         assert {r.start for r in records} == {1795276560}
         assert sum(r.histogram.count for r in records) == total
         merged = store.aggregate(Selection(targets=("fio-run",))).histogram
-    exact = table(run("--method", "rank", "-i", 10**9, "-p", "90,99", *HIST).stdout)[0]
+    exact = table(run("--noweight", "--method", "rank", "-i", 10**9, "-p", "90,99",
+                      *HIST).stdout)[0]
     for q, name in ((0.5, "median"), (0.9, "90%"), (0.99, "99%")):
         assert merged.quantile(q) == pytest.approx(float(exact[name]) * 1e-9, rel=0.019)
     # A second import of the same minutes would count every sample twice: refused.
@@ -505,7 +528,7 @@ def test_a_truncated_last_line_is_named(tmp_path):
 def test_a_last_line_without_newline_is_still_read(tmp_path):
     path = tmp_path / "h_clat_hist.1.log"
     path.write_text(_hist_line(100) + "\n" + _hist_line(200))
-    assert table(run(path).stdout)[0]["samples"] == "2"
+    assert table(run("--noweight", path).stdout)[0]["samples"] == "2"
 
 
 def test_mixed_layouts_and_kinds_are_refused(tmp_path):
@@ -544,6 +567,9 @@ def test_option_mistakes_are_usage_errors(tmp_path):
     assert "go with --into-db" in run("--db", tmp_path / "x.db", HIST[0], code=2).stderr
     lat = write_lat(tmp_path / "l_lat.1.log", [(1, 2, 0)])
     assert "applies to histogram logs" in run("--weighted", lat, code=2).stderr
+    for mode in ("--weighted", "--noweight"):
+        assert "leave out --weighted, --noweight" in run(
+            "--into-db", "x", "--db", tmp_path / "x.db", mode, HIST[0], code=2).stderr
 
 
 def test_library_errors_carry_file_and_line(tmp_path):

@@ -7,7 +7,8 @@ every 100 ms, one job at ``--log_hist_coarseness=3``, and raw latency logs) feed
 - every percentile agrees with Debian's fiologparser_hist.py within one histogram bin, in its
   weighted and ``--noweight`` modes, per direction, at coarseness 0 and 3, for the real sample
   in ../shared/data/fio too, and for the 1216-bin microsecond layout of fio before 3.0
-  (written here from the raw latencies, as fio 2 would have binned them);
+  (written here from the raw latencies, as fio 2 would have binned them); with no options
+  at all, the two tools give the same percentiles (their defaults agree);
 - percentiles from the histogram logs agree with exact percentiles of the raw latency logs of
   the same run within the bin width, and so do those read back from the database.
 
@@ -18,6 +19,7 @@ tests/fio_requirements.txt. The whole module takes about 20 seconds.
 from __future__ import annotations
 
 import csv
+import functools
 import gzip
 import io
 import json
@@ -97,6 +99,7 @@ def fiologparser(tmp_path_factory) -> Path:
     return script
 
 
+@functools.cache  # several tests compare with the same run
 def theirs(script: Path, *args: object) -> str:
     done = subprocess.run([sys.executable, str(script), *map(str, args)], capture_output=True,
                           text=True, timeout=120)
@@ -161,13 +164,23 @@ def test_our_binning_is_fios(fio):
 
 def test_noweight_agrees_with_fiologparser(fio, fiologparser):
     fine = fio.hist[:3]
-    # fiologparser_hist.py --noweight counts a line in an interval up to 10 ms before its end.
-    assert_within_a_bin(ours("--offset-ms", 10, "-p", "90,95,99,99.9", *fine),
+    # fiologparser_hist.py --noweight counts a line in an interval up to 10 ms before its end;
+    # so does ours.
+    assert_within_a_bin(ours("--noweight", "-p", "90,95,99,99.9", *fine),
                         theirs(fiologparser, "--noweight", "--percentiles", "90:95:99:99.9",
                                *fine), NS, weighted=False)
-    assert_within_a_bin(ours("--offset-ms", 10, "--directions", "rwm", *fine),
+    assert_within_a_bin(ours("--noweight", "--directions", "rwm", *fine),
                         theirs(fiologparser, "--noweight", "--directions", "rwm", *fine),
                         NS, weighted=False)
+
+
+def test_no_options_give_fiologparsers_percentiles(fio, fiologparser):
+    """The same command line, no options, on logs of real fio: the same percentiles (within
+    one bin), both for the run here and for the shared sample."""
+    for files in (fio.hist[:3], sorted(SAMPLES.glob("h_clat_hist.*.log"))):
+        assert_within_a_bin(ours(*files), theirs(fiologparser, *files), NS, weighted=True)
+    assert_within_a_bin(ours(fio.hist[3]), theirs(fiologparser, fio.hist[3]), Layout(29, 3),
+                        weighted=True)
 
 
 def test_weighting_agrees_with_fiologparser(fio, fiologparser):
@@ -182,7 +195,7 @@ def test_coarse_logs_agree_with_fiologparser(fio, fiologparser):
     coarse = fio.hist[3]
     layout = Layout(29, 3)
     assert len(coarse.read_text().split("\n", 1)[0].split(",")) == 3 + layout.bins
-    assert_within_a_bin(ours("--offset-ms", 10, coarse),
+    assert_within_a_bin(ours("--noweight", coarse),
                         theirs(fiologparser, "--noweight", coarse), layout, weighted=False)
     assert_within_a_bin(ours("--weighted", coarse), theirs(fiologparser, coarse), layout,
                         weighted=True)
@@ -191,7 +204,7 @@ def test_coarse_logs_agree_with_fiologparser(fio, fiologparser):
 def test_the_shared_sample_agrees_with_fiologparser(fiologparser):
     fine = sorted(SAMPLES.glob("h_clat_hist.*.log"))
     coarse = SAMPLES / "coarse3" / "h_clat_hist.1.log"
-    assert_within_a_bin(ours("--offset-ms", 10, *fine), theirs(fiologparser, "--noweight", *fine),
+    assert_within_a_bin(ours("--noweight", *fine), theirs(fiologparser, "--noweight", *fine),
                         NS, weighted=False)
     assert_within_a_bin(ours("--weighted", *fine), theirs(fiologparser, *fine), NS,
                         weighted=True)
@@ -217,7 +230,7 @@ def test_the_layout_before_fio_3_agrees_with_fiologparser(fio, fiologparser, tmp
                         f.write(f"{(w + 1) * 100}, {ddir}, 4096, "
                                 + ", ".join(map(str, counts.tolist())) + "\n")
         paths.append(out)
-    assert_within_a_bin(ours("--offset-ms", 10, *paths),
+    assert_within_a_bin(ours("--noweight", *paths),
                         theirs(fiologparser, "--noweight", "--group_nr", 19, *paths), us,
                         weighted=False)
     assert_within_a_bin(ours("--weighted", *paths),
@@ -250,7 +263,8 @@ def test_histogram_percentiles_match_exact_ones(fio, jobs, layout):
     percents = [50, 90, 95, 99, 99.9]
     hist = [fio.hist[j] for j in jobs]
     for method in ("rank", "interp"):
-        row = rows(ours("--method", method, "-i", 10**9, "-p", "90,95,99,99.9", *hist))[0]
+        row = rows(ours("--noweight", "--method", method, "-i", 10**9, "-p", "90,95,99,99.9",
+                        *hist))[0]
         assert abs(int(row["samples"]) - n) <= slack
         for p, name in zip(percents, ["median", "90%", "95%", "99%", "99.9%"]):
             rank = max(1, math.ceil(round(p / 100 * n, 9)))

@@ -8,8 +8,8 @@ import sys
 import click
 
 from slowdown.analysis.cli import scope as cli
+from slowdown.analysis.cli.options import read_options
 from slowdown.analysis.cli.output import collecting_text, fmt_ratio, state_notes
-from slowdown.analysis.cli.scope import read_options
 from slowdown.analysis.stats.slowdown import target_slowdowns
 from slowdown.analysis.store import Selection
 from slowdown.analysis.store.records import minute_of

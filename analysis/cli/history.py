@@ -11,7 +11,7 @@ import sys
 import click
 
 from slowdown.analysis.cli import scope as cli
-from slowdown.analysis.cli.scope import read_options
+from slowdown.analysis.cli.options import read_options
 from slowdown.analysis.store import Selection, Store
 from slowdown.analysis.store.records import minute_of
 

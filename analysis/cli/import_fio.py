@@ -1,10 +1,14 @@
 """``slowdown import-fio``: fio histogram or latency logs in, percentiles over time out.
 
     slowdown import-fio logs/h_clat_hist.*.log                      # CSV on stdout
-    slowdown import-fio --weighted --directions rw -o p.csv logs/h_clat_hist.*.log
+    slowdown import-fio --noweight --directions rw -o p.csv logs/h_clat_hist.*.log
     slowdown import-fio --format json --unit us logs/l_clat.*.log
     slowdown import-fio --into-db fio-run7 --db run.db --start 2026-11-21T15:56:25Z \\
         node*/h_clat_hist.*.log --host-offset node2=1500
+
+With no options the percentiles are fiologparser_hist.py's with no options (its weighting of
+each histogram-log line over the intervals its samples ran in); ``--noweight`` is its
+``--noweight`` (each line whole in one interval), as there.
 
 Bad input stops with ``file:line: what was expected, what was found`` and exit code 2;
 nothing is written then (CSV and JSON are written whole or not at all, records in one
@@ -15,19 +19,18 @@ from __future__ import annotations
 
 import os
 import re
-import socket
 import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 import click
+from click.core import ParameterSource
 
 from slowdown.analysis.fio import FioLogError
 from slowdown.analysis.fio.intervals import DIRECTION_LETTERS, IntervalSeries
 from slowdown.analysis.fio.latlog import UNITS as LAT_UNITS
 from slowdown.analysis.fio.merge import merge
-from slowdown.analysis.fio.minute_records import MinuteRecords
 from slowdown.analysis.fio.output import (
     UNIT_SECONDS,
     csv_text,
@@ -37,9 +40,9 @@ from slowdown.analysis.fio.output import (
 )
 from slowdown.analysis.fio.percentiles import METHODS, parse_percentiles
 from slowdown.analysis.fio.sources import Source, open_sources
-from slowdown.analysis.units import parse_time
 
 EXIT_BAD_INPUT = 2
+NOWEIGHT_OFFSET_MS = 10  # fiologparser_hist.py --noweight: a line counts where time + 10 falls
 PROGRESS_BYTES = 32 << 20  # show a progress bar (on a terminal) from this much input on
 _NAME = re.compile(r"[A-Za-z0-9_.-]+")
 
@@ -112,6 +115,8 @@ def _start_ms(start: str | None, sources: list[Source]) -> int:
             f"{sources[0].path}: times are ms since the job started; give --start (when fio "
             "started, e.g. 2026-11-21T15:56:25Z or @1795276585) or run fio with "
             "--log_unix_epoch=1")
+    from slowdown.analysis.units import parse_time
+
     try:
         return round(parse_time(start, time.time()) * 1000)
     except ValueError as exc:
@@ -123,10 +128,12 @@ def _start_ms(start: str | None, sources: list[Source]) -> int:
                 type=click.Path(dir_okay=False, path_type=Path))
 @click.option("-i", "--interval-ms", type=click.IntRange(min=1), default=1000, show_default=True,
               help="Width of the output intervals.")
-@click.option("--weighted", is_flag=True,
-              help="Spread each histogram-log line over the intervals its samples ran in, "
-                   "as fiologparser_hist.py does by default (default: a line counts in the "
-                   "interval its time falls in).")
+@click.option("--weighted/--noweight", default=True, show_default=True,
+              help="Histogram logs: spread each line over the intervals its samples ran in "
+                   "(--weighted, the default, as fiologparser_hist.py's), or count it whole "
+                   "in the interval its time + --offset-ms falls in (--noweight, as "
+                   "fiologparser_hist.py --noweight). Latency logs hold the time of every "
+                   "sample: neither applies.")
 @click.option("-d", "--directions", default=None, metavar="LETTERS",
               help="Rows per direction: r(ead), w(rite), t(rim), m(ixed: all); adds a dir "
                    "column (default: m only, no dir column).")
@@ -147,9 +154,10 @@ def _start_ms(start: str | None, sources: list[Source]) -> int:
 @click.option("--force", is_flag=True, help="Replace an existing --output file.")
 @click.option("--lat-unit", type=click.Choice(list(LAT_UNITS)), default="ns", show_default=True,
               help="Unit of latency-log values: ns (fio >= 3.0) or us (older fio).")
-@click.option("--offset-ms", type=int, default=0, show_default=True,
-              help="Added to every time (e.g. 10 reproduces fiologparser_hist.py --noweight's "
-                   "intervals).")
+@click.option("--offset-ms", type=int, default=None,
+              help="Added to every time (default: 10 for histogram logs with --noweight, which "
+                   "puts a line logged up to 10 ms before an interval's end in the next one, as "
+                   "fiologparser_hist.py --noweight does; else 0).")
 @click.option("--host-offset", "host_offsets", multiple=True, metavar="HOST=MS",
               help="Added to the times of HOST's logs, whose fio started MS later; a log "
                    "belongs to HOST when named <name>.log.HOST (fio's client) or in a directory "
@@ -172,12 +180,16 @@ def _start_ms(start: str | None, sources: list[Source]) -> int:
 def import_fio(files: tuple[Path, ...], interval_ms: int, weighted: bool,
                directions: str | None, percentiles: str, method: str, fmt: str,
                unit: str | None, decimals: int, output: Path | None, force: bool,
-               lat_unit: str, offset_ms: int, host_offsets: tuple[str, ...],
+               lat_unit: str, offset_ms: int | None, host_offsets: tuple[str, ...],
                target: str | None, db: Path | None, host_name: str | None, start: str | None,
                merge_existing: bool, progress: bool | None, threads: int | None) -> None:
     """Merge fio histogram logs (--write_hist_log) or latency logs (--write_lat_log) of any
     number of jobs and hosts into percentiles per interval: CSV like fiologparser_hist.py,
-    JSON, or records in the database (--into-db)."""
+    JSON, or records in the database (--into-db). The same options as fiologparser_hist.py
+    (none; --noweight; -i, --percentiles, --directions) give the same percentiles, within
+    one fio bin."""
+    mode_given = click.get_current_context().get_parameter_source("weighted") not in (
+        ParameterSource.DEFAULT, ParameterSource.DEFAULT_MAP, None)
     offsets = _host_offsets(host_offsets)
     letters = _directions(directions)
     try:
@@ -190,9 +202,10 @@ def import_fio(files: tuple[Path, ...], interval_ms: int, weighted: bool,
                                      f"got {target!r}", param_hint="--into-db")
         if db is None:
             raise click.UsageError("--into-db needs --db FILE")
-        if weighted or output is not None or directions is not None:
+        if mode_given or output is not None or directions is not None:
             raise click.UsageError("--into-db writes one record per minute and direction: "
-                                   "leave out --weighted, --directions and --output")
+                                   "leave out --weighted, --noweight, --directions and "
+                                   "--output")
         if host_name is not None and not _NAME.fullmatch(host_name):
             raise click.BadParameter(f"expected a name of letters, digits, '_', '.', '-'; "
                                      f"got {host_name!r}", param_hint="--host")
@@ -201,13 +214,19 @@ def import_fio(files: tuple[Path, ...], interval_ms: int, weighted: bool,
 
     warnings: list[str] = []
     try:
-        sources = open_sources(list(files), lat_unit=lat_unit, offset_ms=offset_ms,
+        sources = open_sources(list(files), lat_unit=lat_unit, offset_ms=offset_ms or 0,
                                host_offsets=offsets, warn=warnings.append)
     except FioLogError as exc:
         raise FioImportError(str(exc)) from None
+    histogram = sources[0].log.kind == "histogram"
+    if offset_ms is None and histogram and target is None and not weighted:
+        for source in sources:
+            source.offset_ms += NOWEIGHT_OFFSET_MS
     for message in warnings:
         click.echo(f"import-fio: {message}", err=True)
     if target is None:
+        if not mode_given and not histogram:
+            weighted = False  # the default applies to histogram logs
         try:
             series = IntervalSeries(sources, interval_ms=interval_ms, directions=letters,
                                     weighted=weighted, method=method, percents=percents)
@@ -241,6 +260,11 @@ def import_fio(files: tuple[Path, ...], interval_ms: int, weighted: bool,
         except OSError as exc:
             raise FioImportError(str(exc)) from None
         return
+
+    # Imported only here: printing needs neither slowdown's histogram nor the store.
+    import socket
+
+    from slowdown.analysis.fio.minute_records import MinuteRecords
 
     start_ms = _start_ms(start, sources)
     local = socket.gethostname()

@@ -8,41 +8,14 @@ takes ``--db`` (files or globs: several hosts merge into one cluster view), ``--
 
 from __future__ import annotations
 
-import datetime as dt
 import functools
 import os
-import sqlite3
 import sys
-import time
 from pathlib import Path
 
 import click
 
-from slowdown.analysis.cli.output import (
-    clean,
-    collecting_text,
-    dump_json,
-    fmt_ratio,
-    state_notes,
-    table,
-)
-from slowdown.analysis.cli.scope import (
-    COLLECTING,
-    PERCENT_RULE,
-    Reader,
-    TargetState,
-    load_config_or_exit,
-    open_reader,
-    parse_fraction_option,
-    parse_statistic_option,
-    parse_time_option,
-    read_options,
-)
-from slowdown.analysis.stats.baseline import rebaseline
-from slowdown.analysis.stats.slowdown import TargetSlowdown, accurate_window, target_slowdowns
-from slowdown.analysis.store import Store, StoreError, expand_paths
-from slowdown.analysis.store.records import minute_of
-from slowdown.analysis.units import format_clock, format_duration, format_latency
+from slowdown.analysis.cli.options import PERCENT_RULE, read_options
 
 # No command calls a BLAS routine, yet numpy's bundled OpenBLAS starts a thread per core when
 # it is imported: CPU for nothing, and on a small node in the way of import-fio's parsers.
@@ -88,7 +61,18 @@ def _config_after(ctx: click.Context, _param: click.Parameter, value: Path | Non
         raise click.UsageError(f"--config names two files: {before} before the command and "
                                f"{value} after it; give one", ctx=ctx)
     obj["config_path"] = value
-    obj["config"] = functools.lru_cache(maxsize=1)(lambda: load_config_or_exit(value))
+    obj["config"] = _config_loader(value)
+
+
+def _config_loader(path: Path | None):
+    """The configuration, read once and only when a command asks for it."""
+
+    def load() -> object:
+        from slowdown.analysis.cli.scope import load_config_or_exit
+
+        return load_config_or_exit(path)
+
+    return functools.lru_cache(maxsize=1)(load)
 
 
 def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
@@ -152,7 +136,14 @@ class LazyGroup(click.Group):
         (``check`` answers UNKNOWN, as a monitoring plugin must)."""
         try:
             return super().invoke(ctx)
-        except (StoreError, sqlite3.DatabaseError) as exc:
+        except Exception as exc:
+            # Imported here: import-fio, which reads no database, starts without them.
+            import sqlite3
+
+            from slowdown.analysis.store import StoreError
+
+            if not isinstance(exc, (StoreError, sqlite3.DatabaseError)):
+                raise
             message = str(exc)
             if not isinstance(exc, StoreError):  # read outside the store: name what was given
                 given = (ctx.obj or {}).get("read", {}).get("dbs") or ()
@@ -186,136 +177,14 @@ def main(ctx: click.Context, config_path: Path | None, dbs, targets, hosts, ops,
     """How slow is each filesystem now, compared with usual (1 = normal, 10 = ten times slower)."""
     ctx.ensure_object(dict)
     ctx.obj["config_path"] = config_path
-    ctx.obj["config"] = functools.lru_cache(maxsize=1)(lambda: load_config_or_exit(config_path))
+    ctx.obj["config"] = _config_loader(config_path)
     # `slowdown --db X stats` means the same as `slowdown stats --db X`.
     ctx.obj["read"] = {"dbs": dbs, "targets": targets, "hosts": hosts, "ops": ops, "at": at}
     if ctx.invoked_subcommand is not None:
         return
-    reader = open_reader(ctx, dbs, targets, hosts, ops, at)
-    stat = parse_statistic_option(statistic) if statistic else reader.config.statistics[0]
-    wanted = parse_fraction_option(accuracy, "--accuracy") if accuracy is not None else None
-    target_ops = reader.target_ops()
-    states = reader.target_states()
-    collecting = [t for t, ts in states.items() if ts.state == COLLECTING and t not in target_ops]
-    if not target_ops and not collecting:
-        raise click.ClickException(reader.nothing_to_show())
-    reader.check_kept(reader.now - max(reader.config.windows), reader.now, "--at")
-    book = reader.book()
-    if wanted is not None:
-        results = {}
-        for target, tops in target_ops.items():
-            found = accurate_window(reader.stores, book, target, tops, stat, reader.now, wanted,
-                                    hosts=reader.hosts)
-            results[target] = [found] if found else []
-        show_uptime(reader, results, stat, verbose, as_json, accuracy=wanted, states=states)
-        return
-    results = target_slowdowns(reader.stores, book, list(target_ops), target_ops,
-                               reader.config.windows, stat, reader.now, hosts=reader.hosts,
-                               live_stuck=reader.live_stuck(), confidence=0.95 if verbose else None)
-    show_uptime(reader, results, stat, verbose, as_json, states=states)
+    from slowdown.analysis.cli.uptime import uptime
 
-
-def show_uptime(reader: Reader, results: dict[str, list[TargetSlowdown]], stat: str,
-                verbose: bool, as_json: bool, accuracy: float | None = None,
-                states: dict[str, TargetState] | None = None) -> None:
-    """One line per target: its numbers (with what is known of the service behind them), or
-    that its service is collecting the first minute."""
-    states = states or {}
-    names = sorted({*results, *(t for t, ts in states.items() if ts.state == COLLECTING)})
-    cluster = reader.cluster
-    span = max((ts.window for windows in results.values() for ts in windows),
-               default=max(reader.config.windows, default=3600))
-    end = minute_of(reader.now)
-    merged = reader.merged(end - span, end)
-    if as_json:
-        doc = {
-            "time": reader.now,
-            "statistic": stat,
-            **({"accuracy": accuracy} if accuracy is not None else {}),
-            "targets": [{
-                "target": target,
-                "windows": [_window_json(ts) for ts in results.get(target, [])],
-                **({"found": bool(results.get(target))} if accuracy is not None else {}),
-                **({"service": states[target].json(reader.now)} if target in states else {}),
-            } for target in names],
-        }
-        if reader.at_now:
-            doc["services"] = [s.json(reader.now) for s in reader.services()]
-        doc["merged"] = merged.json()
-        dump_json(doc)
-        return
-    clock = format_clock(reader.now)
-    stuck_targets = {t for t, _ in reader.live_stuck()}
-    width = max(len(t) for t in names)
-    for target in names:
-        windows = results.get(target)
-        state = states.get(target)
-        if windows is None and state is not None:  # collecting: no numbers yet
-            flag = "  (stuck)" if target in stuck_targets else ""
-            click.echo(f"{clock}  {target:<{width}}  {collecting_text(state, reader.now)}{flag}")
-            continue
-        if not windows:
-            click.echo(f"{clock}  {target:<{width}}  no window reaches +-{accuracy:.0%} "
-                       f"(longest tried: 24h)")
-            continue
-        parts = "  ".join(f"{format_duration(ts.window)} {fmt_ratio(ts.value)}" for ts in windows)
-        worst = max((ts.worst for ts in windows if ts.worst), key=lambda o: o.value, default=None)
-        tail = f"  worst {worst.op}" if worst else ""
-        flags = []
-        if any(ts.provisional for ts in windows):
-            flags.append("provisional baseline")
-        if any(o.observed.raised for ts in windows for o in ts.ops):
-            flags.append("stuck")
-        if state is not None:
-            flags += state_notes(state, reader.now, cluster)
-        note = f"  ({', '.join(flags)})" if flags else ""
-        label = f"window {format_duration(windows[0].window)} for +-{accuracy:.0%}  " \
-            if accuracy is not None else ""
-        click.echo(f"{clock}  {target:<{width}}  {label}slowdown {stat}  {parts}{tail}{note}")
-    if cluster:
-        click.echo(f"{clock}  {merged.text(f'the last {format_duration(span)}')}")
-    if verbose:
-        rows = []
-        for target, windows in results.items():
-            for ts in windows:
-                for o in ts.ops:
-                    ob = o.observed
-                    ci = (f"{format_latency(ob.low)}..{format_latency(ob.high)}"
-                          if ob.low is not None else "-")
-                    exp = o.expected
-                    rows.append([target, o.op, format_duration(ts.window), format_latency(ob.value)
-                                 + (" stuck" if ob.raised else ""), ci, ob.count,
-                                 format_latency(exp.value) if exp else "-",
-                                 ("provisional" if exp and exp.provisional else
-                                  ("baseline" if exp else "-")),
-                                 fmt_ratio(o.value)])
-        if rows:
-            click.echo()
-            table(rows, ["target", "op", "window", stat, "95% ci", "n", "expected", "from",
-                         "slowdown"], right=(3, 5, 6, 8))
-
-
-def _window_json(ts: TargetSlowdown) -> dict:
-    worst = ts.worst
-    return {
-        "window": ts.window,
-        "slowdown": clean(ts.value),
-        "worst_op": worst.op if worst else None,
-        "provisional": ts.provisional,
-        "ops": [{
-            "op": o.op,
-            "observed": clean(o.observed.value),
-            "count": o.observed.count,
-            "low": clean(o.observed.low),
-            "high": clean(o.observed.high),
-            "stuck": o.observed.stuck,
-            "raised_to_stuck": o.observed.raised,
-            "expected": clean(o.expected.value) if o.expected else None,
-            "expected_statistic": o.expected.statistic if o.expected else None,
-            "provisional": o.expected.provisional if o.expected else None,
-            "slowdown": clean(o.value),
-        } for o in ts.ops],
-    }
+    uptime(ctx, dbs, targets, hosts, ops, at, statistic, verbose, as_json, accuracy)
 
 
 # -- slowdown rebaseline ----------------------------------------------------------------------
@@ -336,6 +205,14 @@ def rebaseline_command(ctx: click.Context, reason: str, dbs: tuple[str, ...], ta
     """Start a new baseline now (after a system change), from recent data. Over several
     files each gets its own, from its own data, in force from the same moment; a file that
     cannot be rebaselined is named and the others are done."""
+    import datetime as dt
+    import time
+
+    from slowdown.analysis.cli.scope import parse_time_option
+    from slowdown.analysis.stats.baseline import rebaseline
+    from slowdown.analysis.store import Store, StoreError, expand_paths
+    from slowdown.analysis.units import format_duration
+
     config = ctx.obj["config"]()
     now = time.time()
     start = parse_time_option(data_from, now, "--from") if data_from else None

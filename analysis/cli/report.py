@@ -9,8 +9,8 @@ from pathlib import Path
 import click
 
 from slowdown.analysis.cli import scope as cli
+from slowdown.analysis.cli.options import read_options
 from slowdown.analysis.cli.provision import parse_provision_options, provision_options
-from slowdown.analysis.cli.scope import read_options
 from slowdown.analysis.store.records import MINUTE, minute_of
 
 

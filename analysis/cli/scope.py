@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 from pathlib import Path
@@ -56,9 +56,6 @@ def parse_statistic_option(value: str, flag: str = "--stat") -> str:
             f"{value!r} is not a statistic (median, mean, max, q90, q95, q99, qNN)",
             param_hint=flag) from None
     return value
-
-
-PERCENT_RULE = "10, 10% and 0.1 all mean 10 % (a bare number below 1 is a fraction)"
 
 
 def parse_fraction_option(value: str, flag: str) -> float:
@@ -381,27 +378,6 @@ def read_live(database: Path, tries: int = 5) -> dict | None:
             if attempt + 1 < tries:
                 time.sleep(0.01)
     return None
-
-
-def read_options(func: Callable) -> Callable:
-    """--db, --target, --host, --op, --at: on every read command."""
-    options = [
-        click.option("--db", "dbs", multiple=True, metavar="FILE",
-                     help="Database file or glob; repeat to merge hosts (default: the "
-                          "configuration's database)."),
-        click.option("--target", "targets", multiple=True, metavar="GLOB",
-                     help="Only these targets (repeatable)."),
-        click.option("--host", "hosts", multiple=True, metavar="GLOB",
-                     help="Only these hosts (repeatable)."),
-        click.option("--op", "ops", multiple=True, metavar="GLOB",
-                     help="Only these ops, e.g. 'md-*' (repeatable)."),
-        click.option("--at", "at", default=None, metavar="TIME",
-                     help="Look at a past moment, read as `date -d` reads it: an ISO time (local "
-                          "unless it ends in Z or +HH:MM), @epoch or a duration ago (2h, -2h)."),
-    ]
-    for option in reversed(options):
-        func = option(func)
-    return func
 
 
 def open_reader(ctx: click.Context, dbs: Sequence[str], targets: Sequence[str],

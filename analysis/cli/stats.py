@@ -8,9 +8,9 @@ import math
 import click
 
 from slowdown.analysis.cli import scope as cli
+from slowdown.analysis.cli.options import read_options
 from slowdown.analysis.cli.output import clean, dump_json, table
 from slowdown.analysis.cli.provision import parse_provision_options, provision_options
-from slowdown.analysis.cli.scope import read_options
 from slowdown.analysis.stats.window import quantile
 from slowdown.analysis.store import Selection, aggregate
 from slowdown.analysis.store.records import MINUTE

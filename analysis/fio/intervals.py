@@ -4,12 +4,13 @@ intervals and fiologparser_hist.py's weighting.
 Intervals are ``[k * interval, (k + 1) * interval)`` of the timeline, reported by their end
 like fiologparser_hist.py. Two ways to place a histogram-log line:
 
-- ``end`` (default): the whole line counts in the interval its time falls in. fiologparser_hist.py
-  ``--noweight`` does the same, with each interval shifted 10 ms earlier
-  (``--offset-ms 10`` reproduces it).
-- ``weighted``: fiologparser_hist.py's weighting. The samples of bin ``j`` in a line logged
-  at ``t`` are taken to have run over ``[t - interval/2 - value_j, t]`` and each interval
-  gets the share of that span it overlaps. ``samples`` is then the sum of those shares (so
+- ``end`` (``import-fio --noweight``): the whole line counts in the interval its time falls
+  in. fiologparser_hist.py ``--noweight`` does the same, with each interval shifted 10 ms
+  earlier (an offset of 10 ms reproduces it; ``--noweight`` applies it unless told otherwise).
+- ``weighted`` (``import-fio``'s default, as fiologparser_hist.py's): its weighting. The
+  samples of bin ``j`` in a line logged at ``t`` are taken to have run over
+  ``[t - interval/2 - value_j, t]`` and each interval gets the share of that span it
+  overlaps. ``samples`` is then the sum of those shares (so
   the column adds up to the number of samples; fiologparser_hist.py counts every sample of
   a line in full in each interval it touches). Shares before time 0 are dropped, as there.
 

@@ -21,15 +21,17 @@ from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from slowdown.analysis.fio import FioLogError
 from slowdown.analysis.fio.blockparse import BlockError
 from slowdown.analysis.fio.intervals import IntervalSeries
 from slowdown.analysis.fio.logblock import Block
-from slowdown.analysis.fio.minute_records import MinuteRecords
 from slowdown.analysis.fio.sources import Source
 from slowdown.analysis.fio.textblocks import Buffers, RawBlock, TextBlocks
+
+if TYPE_CHECKING:  # printing intervals needs neither slowdown's histogram nor the store
+    from slowdown.analysis.fio.minute_records import MinuteRecords
 
 
 @dataclass

@@ -16,14 +16,15 @@ value, with exact count, sum, min and max.
 from __future__ import annotations
 
 import io
-import json
 import os
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from slowdown.analysis.fio.intervals import Row
-from slowdown.analysis.store.records import Record
+
+if TYPE_CHECKING:  # printing needs no store
+    from slowdown.analysis.store.records import Record
 
 UNIT_SECONDS = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0}
 
@@ -54,6 +55,8 @@ def csv_text(rows: Sequence[Row], percents: Sequence[float], *, native: str, uni
 def json_text(rows: Sequence[Row], percents: Sequence[float], *, native: str, unit: str,
               info: dict) -> str:
     """The same rows as one JSON document; latencies in ``unit``, named in the document."""
+    import json  # here: CSV, the default, starts without it
+
     scale = UNIT_SECONDS[native] / UNIT_SECONDS[unit]
     names = ["median"] + [f"p{p:g}" for p in percents[1:]]
     doc = dict(info, unit=unit, percentiles=list(percents[1:]), rows=[
@@ -71,6 +74,8 @@ def write_file(path: Path, text: str, force: bool = False) -> None:
     An existing file is replaced only with ``force``: slowdown overwrites no file it was not
     asked to.
     """
+    import tempfile
+
     path = Path(path)
     if path.exists() and not force:
         raise FileExistsError(f"{path}: exists; add --force to replace it")
