@@ -90,58 +90,35 @@ def target_slowdowns(stores: Sequence[Store], book: BaselineBook, targets: Seque
     """
     live_stuck = live_stuck or {}
     wanted = {(t, o) for t in targets for o in ops.get(t, ())}
-    if len(stores) > 1 and windows and wanted:  # many files: each window's parts merged once
-        found = _cluster_slowdowns(stores, book, targets, ops, windows, statistic, now,
-                                   confidence, hosts, live_stuck)
-        if found is not None:
-            return found
-    rows: dict[tuple[str, str], list[tuple]] = {}
-    if windows and wanted:
-        selection = window_selection(now, max(windows), hosts=hosts)
-        for store in stores:
-            for row in store.aggregate_rows(selection):
-                if (row[2], row[3]) in wanted:
-                    rows.setdefault((row[2], row[3]), []).append(row)
     end = minute_of(now)
-    result: dict[str, list[TargetSlowdown]] = {}
-    for target in targets:
-        per_window = []
-        for window in windows:
-            ts = TargetSlowdown(target, window, statistic)
-            first = int(end - window)
-            for op in ops.get(target, ()):
-                agg = aggregate_rows(rows.get((target, op), ()), first, end)
-                ts.ops.append(op_slowdown(stores, book, target, op, window, statistic, now,
-                                          confidence, hosts, live_stuck.get((target, op), 0.0),
-                                          agg=agg))
-            per_window.append(ts)
-        result[target] = per_window
-    return result
+    found = None
+    if len(stores) > 1 and windows and wanted:  # many files: each window's parts merged once
+        from slowdown.analysis.store.cluster_windows import nested_windows
 
+        found = nested_windows(stores, Selection(hosts=hosts), end, [int(w) for w in windows])
+    if found is not None:
+        def agg_of(target: str, op: str, window: float) -> Aggregate:
+            return found.get((target, op, int(window))) or Aggregate()
+    else:  # one file, or an edge cuts a record: the general path counts it by overlap
+        rows: dict[tuple[str, str], list[tuple]] = {}
+        if windows and wanted:
+            selection = window_selection(now, max(windows), hosts=hosts)
+            for store in stores:
+                for row in store.aggregate_rows(selection):
+                    if (row[2], row[3]) in wanted:
+                        rows.setdefault((row[2], row[3]), []).append(row)
 
-def _cluster_slowdowns(stores: Sequence[Store], book: BaselineBook, targets: Sequence[str],
-                       ops: Mapping[str, Sequence[str]], windows: Sequence[float],
-                       statistic: str, now: float, confidence: float | None,
-                       hosts: tuple[str, ...], live_stuck: Mapping[tuple[str, str], float],
-                       ) -> dict[str, list[TargetSlowdown]] | None:
-    """``target_slowdowns`` over several files: the same windows, from ``nested_windows``;
-    None where a window edge would cut a record (the general path counts it by overlap)."""
-    from slowdown.analysis.store.cluster_windows import nested_windows
-
-    found = nested_windows(stores, Selection(hosts=hosts), minute_of(now),
-                           [int(w) for w in windows])
-    if found is None:
-        return None
+        def agg_of(target: str, op: str, window: float) -> Aggregate:
+            return aggregate_rows(rows.get((target, op), ()), int(end - window), end)
     result: dict[str, list[TargetSlowdown]] = {}
     for target in targets:
         per_window = []
         for window in windows:
             ts = TargetSlowdown(target, window, statistic)
             for op in ops.get(target, ()):
-                agg = found.get((target, op, int(window))) or Aggregate()
                 ts.ops.append(op_slowdown(stores, book, target, op, window, statistic, now,
                                           confidence, hosts, live_stuck.get((target, op), 0.0),
-                                          agg=agg))
+                                          agg=agg_of(target, op, window)))
             per_window.append(ts)
         result[target] = per_window
     return result
