@@ -7,7 +7,6 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
 from slowdown.analysis.config import (
     ActionConfig,
@@ -32,6 +31,7 @@ from slowdown.analysis.config.locator import _Locator
 from slowdown.analysis.config.model import ACTION_TYPES, ALERT_KINDS, KeepConfig
 from slowdown.analysis.words import OPS, STATISTICS, is_statistic, statistic_quantile
 from slowdown.probe.cli import main
+from tests.cli_runner import runner
 
 REPO = Path(__file__).resolve().parent.parent
 REFERENCE = REPO / "config" / "slowdown.toml"
@@ -854,15 +854,9 @@ def test_alert_rule_matching(environ):
 # --------------------------------------------------------------------------- check-config
 
 
-def _runner() -> CliRunner:
-    try:
-        return CliRunner(mix_stderr=False)  # click < 8.2 mixes stderr into output by default
-    except TypeError:
-        return CliRunner()
-
 
 def test_check_config_accepts_the_reference():
-    result = _runner().invoke(main, ["--config", str(REFERENCE), "check-config"])
+    result = runner().invoke(main, ["--config", str(REFERENCE), "check-config"])
     assert result.exit_code == 0, result.output
     assert f"configuration  {REFERENCE}" in result.output
     assert "target work" in result.output
@@ -874,7 +868,7 @@ def test_check_config_accepts_the_reference():
 def test_check_config_lists_every_error(tmp_path):
     text = 'interval = "0s"\n' + MINIMAL.lstrip("\n") + 'data_size = "huge"\n'
     path = write(tmp_path, text)
-    result = _runner().invoke(main, ["--config", str(path), "check-config"])
+    result = runner().invoke(main, ["--config", str(path), "check-config"])
     assert result.exit_code == 2
     assert result.stderr.splitlines() == [
         f"{path}:1: interval: must be longer than 0s; got '0s'",
@@ -888,16 +882,16 @@ def test_check_config_lists_every_error(tmp_path):
 def test_check_config_finds_the_file(tmp_path, through):
     path = write(tmp_path, MINIMAL)
     if through == "the environment":
-        result = _runner().invoke(main, ["check-config"], env={"SLOWDOWN_CONFIG": str(path)})
+        result = runner().invoke(main, ["check-config"], env={"SLOWDOWN_CONFIG": str(path)})
     else:
-        result = _runner().invoke(main, ["check-config", str(path)])
+        result = runner().invoke(main, ["check-config", str(path)])
     assert result.exit_code == 0, result.output
     assert f"configuration  {path}" in result.output
     assert "target home" in result.output
 
 
 def test_check_config_with_a_missing_file(tmp_path):
-    result = _runner().invoke(main, ["--config", str(tmp_path / "nope.toml"), "check-config"])
+    result = runner().invoke(main, ["--config", str(tmp_path / "nope.toml"), "check-config"])
     assert result.exit_code == 2
     assert (
         result.stderr.strip()
@@ -906,6 +900,6 @@ def test_check_config_with_a_missing_file(tmp_path):
 
 
 def test_version_option():
-    result = _runner().invoke(main, ["--version"])
+    result = runner().invoke(main, ["--version"])
     assert result.exit_code == 0
     assert result.output.startswith("slowdown-probe, version ")

@@ -16,7 +16,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from click.testing import CliRunner
 
 from slowdown.analysis.cli.import_fio import import_fio
 from slowdown.analysis.fio import FioLogError, blockparse
@@ -30,6 +29,7 @@ from slowdown.analysis.fio.percentiles import bin_stats, exact_stats
 from slowdown.analysis.fio.sources import host_of, open_sources
 from slowdown.analysis.fio.textblocks import RawBlock, TextBlocks
 from slowdown.analysis.store import Selection, Store
+from tests.cli_runner import runner
 
 SAMPLES = Path(__file__).resolve().parents[2] / "shared" / "data" / "fio"
 HIST = sorted(SAMPLES.glob("h_clat_hist.*.log"))
@@ -37,15 +37,9 @@ COARSE = SAMPLES / "coarse3" / "h_clat_hist.1.log"
 NS = Layout(29)
 
 
-def _runner() -> CliRunner:
-    try:
-        return CliRunner(mix_stderr=False)  # click < 8.2 mixes stderr into output by default
-    except TypeError:
-        return CliRunner()
-
 
 def run(*args: object, code: int = 0):
-    result = _runner().invoke(import_fio, [str(a) for a in args], catch_exceptions=False)
+    result = runner().invoke(import_fio, [str(a) for a in args], catch_exceptions=False)
     assert result.exit_code == code, (result.output, result.stderr)
     return result
 

@@ -32,11 +32,11 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
-from click.testing import CliRunner
 
 from slowdown.analysis.cli.import_fio import import_fio
 from slowdown.analysis.fio.layout import Layout
 from slowdown.analysis.store import Selection, Store
+from tests.cli_runner import runner
 from tests.faultfs.realfs import ext4_image
 from tests.fixtures_fs import require_root
 
@@ -46,15 +46,9 @@ NS = Layout(29)
 RUNTIME = 4  # seconds of fio
 
 
-def _runner() -> CliRunner:
-    try:
-        return CliRunner(mix_stderr=False)
-    except TypeError:
-        return CliRunner()
-
 
 def ours(*args: object) -> str:
-    result = _runner().invoke(import_fio, [str(a) for a in args], catch_exceptions=False)
+    result = runner().invoke(import_fio, [str(a) for a in args], catch_exceptions=False)
     assert result.exit_code == 0, result.stderr
     return result.stdout
 
@@ -289,7 +283,7 @@ def test_latency_logs_give_the_exact_percentiles(fio):
 def test_database_quantiles_match_exact_ones(fio, tmp_path):
     db = tmp_path / "fio.db"
     for name, files in (("hist", fio.hist[:3]), ("lat", fio.lat[:3])):
-        result = _runner().invoke(import_fio, ["--into-db", name, "--db", str(db), "--start",
+        result = runner().invoke(import_fio, ["--into-db", name, "--db", str(db), "--start",
                                                "2026-11-21T12:00:00Z", *map(str, files)])
         assert result.exit_code == 0, result.stderr
     exact, slack = _same_samples(fio, (0, 1, 2))

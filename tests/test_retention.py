@@ -8,7 +8,6 @@ import json
 
 import numpy as np
 import pytest
-from click.testing import CliRunner
 
 from slowdown.analysis.alerts.state import log_attempt
 from slowdown.analysis.cli.main import main
@@ -18,6 +17,7 @@ from slowdown.analysis.store import Store
 from slowdown.analysis.store.records import HOUR, NODE_FIELDS, NodeContext, Record
 from slowdown.analysis.store.retention import KEPT_FROM
 from slowdown.probe.service import Service
+from tests.cli_runner import runner
 from tests.datakit import utc
 
 DAY = 86400
@@ -92,7 +92,7 @@ def test_defaults_keep_hours_and_follow_retention_for_node_context(tmp_path):
 
 
 def run(*args: str):
-    return CliRunner().invoke(main, list(args), catch_exceptions=False)
+    return runner().invoke(main, list(args), catch_exceptions=False)
 
 
 def test_a_read_before_what_is_kept_says_so(tmp_path):
