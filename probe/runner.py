@@ -174,6 +174,7 @@ class TargetRunner:
         self.lock_state: str | None = None  # what the worker last said: ok, wait, held, none
         self.lock_said = threading.Event()
         self.refusal: str | None = None  # the line that says who else probes the workspace
+        self._saved = threading.Event()  # the worker answered a save (or is gone)
 
     # -- the service side --------------------------------------------------------------------
 
@@ -245,11 +246,25 @@ class TargetRunner:
                 self.recorder.stuck(self.name, op, age, wall)
 
     def save_position(self) -> None:
-        """Ask an idle worker to persist the md rotation position (rarely: once a minute)."""
+        """Ask an idle worker to persist the md rotation position now (the worker writes it
+        itself once per round)."""
         with self._lock:
             worker = self._current
             if worker is not None and not worker.busy:
                 worker.send({"save": True})
+
+    def finish_round(self) -> None:
+        """A clean stop: ask the worker to end the md round in progress and save the exact
+        round, after the run in flight if there is one; `wait_saved` waits for its answer."""
+        with self._lock:
+            self._saved.clear()
+            worker = self._current
+            if worker is None or not worker.send({"save": True, "finish": True}):
+                self._saved.set()
+
+    def wait_saved(self, timeout: float) -> bool:
+        """True once the worker answered the last save (or exited) within `timeout` s."""
+        return self._saved.wait(timeout)
 
     @property
     def abandoned(self) -> int:
@@ -308,9 +323,12 @@ class TargetRunner:
                 worker.in_flight = None
                 if worker is self._current:
                     self._current = None
-            elif "saved" in message and not message["saved"]:
-                log.warning("target %s: cannot save the md position: %s", self.name,
-                            message.get("msg"))
+                    self._saved.set()
+            elif "saved" in message:
+                self._saved.set()
+                if not message["saved"]:
+                    log.warning("target %s: cannot save the md position: %s", self.name,
+                                message.get("msg"))
 
     def _note_lock(self, message: dict) -> None:
         """What a worker found of the workspace's lock (said once per change)."""

@@ -6,7 +6,8 @@ cannot be interrupted. In a thread it keeps the whole service from exiting, in a
 abandoned and the service still exits at once.
 
 Protocol, JSON lines. The service writes ``{"tick": N}`` (run the probes once) or
-``{"save": true}`` (persist the md rotation position) to stdin; the worker answers on
+``{"save": true}`` (persist the md rotation position; with ``"finish": true`` first end the
+round in progress, as a clean stop does) to stdin; the worker answers on
 stdout, one line per finished op, in the fixed order of ``OPS``, and one at the end::
 
     {"tick": N, "op": "data-read", "lat": 0.00123, "at": 1763762400.5}
@@ -141,6 +142,8 @@ class Probes:
                     message.update(err=errno.errorcode.get(code, str(code)),
                                    msg=os.strerror(code))
                     missing.append(code in (errno.ENOENT, errno.ESTALE))
+                elif latency is None:  # not attempted: the object was missing
+                    message["skip"] = True
                 else:
                     message["lat"] = latency
                 report(message)
@@ -173,8 +176,14 @@ class Probes:
         self.data = self.md = None
         self.claim.release()
 
-    def save(self) -> None:
-        if self.md is not None:
+    def save(self, finish: bool = False) -> None:
+        """Persist the md position; `finish`: first end the round in progress (a clean
+        stop, so md-workbench continues from the exact round)."""
+        if self.md is None:
+            return
+        if finish and not self.claim.refused:
+            self.md.finish_round()
+        else:
             self.md.save_position()
 
 
@@ -234,7 +243,7 @@ def main() -> int:
                 break
         elif command.get("save"):
             try:
-                probes.save()
+                probes.save(finish=bool(command.get("finish")))
                 emit({"saved": True})
             except Exception as exc:
                 emit({"saved": False, **_error(exc)})
