@@ -59,13 +59,13 @@ class WorkerHandle:
     """One worker process and the thread that reads its answers."""
 
     def __init__(self, target: str, workspace: Path, on_message: Callable,
-                 env: dict[str, str] | None = None) -> None:
+                 env: dict[str, str] | None = None, sync: bool = False) -> None:
         self.target = target
         self.progress, fd = Progress.create()
         try:
             self.process = subprocess.Popen(
                 [sys.executable, "-m", "slowdown.probe.worker", str(workspace),
-                 "--progress-fd", str(fd)],
+                 "--progress-fd", str(fd), *(["--sync"] if sync else [])],
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1,
                 close_fds=True, pass_fds=(fd,),
                 start_new_session=True,  # a terminal's Ctrl-C is the service's
@@ -153,8 +153,9 @@ class TargetRunner:
 
     def __init__(self, name: str, workspace: Path, recorder: Recorder, *,
                  interval: float = 1.0, abandon_after: float = 30.0, max_abandoned: int = 2,
-                 wall: Callable[[], float] = time.time) -> None:
+                 wall: Callable[[], float] = time.time, sync: bool = False) -> None:
         self.name = name
+        self.sync = sync  # fdatasync in the timed data-write (the target's sync = true)
         self.workspace = workspace
         self.recorder = recorder
         self.interval = interval
@@ -225,7 +226,7 @@ class TargetRunner:
         if self.owner is not None:
             env = owner_environ(self.owner["host"], self.owner["since"],
                                 self.owner["database"], successor=bool(self._abandoned))
-        return WorkerHandle(self.name, self.workspace, self._message, env)
+        return WorkerHandle(self.name, self.workspace, self._message, env, sync=self.sync)
 
     def in_flight(self) -> list[tuple[str, float, int]]:
         """``(op, age seconds, worker pid)`` of every op in flight, current and abandoned."""

@@ -75,7 +75,7 @@ class Service:
         self.recorder = Recorder(config.host, config.scale, database=str(config.database))
         self.runners = [
             TargetRunner(t.name, config.workspace(t), self.recorder, interval=config.interval,
-                         abandon_after=config.abandon_after)
+                         abandon_after=config.abandon_after, sync=t.sync)
             for t in config.targets
         ]
         self.node = NodeSampler(config.host)

@@ -75,8 +75,9 @@ def _error(exc: BaseException) -> dict[str, str]:
 class Probes:
     """Both probes of one workspace, opened lazily so that a hung open counts as in flight."""
 
-    def __init__(self, workspace: Path) -> None:
+    def __init__(self, workspace: Path, sync: bool = False) -> None:
         self.workspace = workspace
+        self.sync = sync
         self.data = None
         self.md = None
         self.claim = WorkspaceClaim.from_environ(workspace)
@@ -91,7 +92,8 @@ class Probes:
         if self.md is None:
             self.md = MdProbe.from_workspace(self.workspace)
         if self.data is None:
-            self.data = DataProbe.from_workspace(self.workspace)  # own or shared data file
+            self.data = DataProbe.from_workspace(  # own or shared data file
+                self.workspace, sync=self.sync)
 
     def claim_workspace(self, emit: Emit) -> bool:
         """Take the workspace's lock if not held yet; False while another service holds it."""
@@ -123,6 +125,7 @@ class Probes:
                 raise Abandoned
 
         clock = time.perf_counter
+        self.data.fresh_bytes()  # the next write's content, made outside the timed calls
         try:
             for op, call in ((DATA_READ, self.data.read_block),
                              (DATA_WRITE, self.data.write_block)):
@@ -224,7 +227,7 @@ def main() -> int:
     progress = None
     if len(sys.argv) > 3 and sys.argv[2] == "--progress-fd":
         progress = Progress.attach(int(sys.argv[3]))
-    probes = Probes(workspace)
+    probes = Probes(workspace, sync="--sync" in sys.argv[2:])
     emit = Answers(sys.stdout, progress)
 
     signal.signal(signal.SIGUSR1, _on_abandon)
