@@ -51,169 +51,36 @@ import argparse
 import contextlib
 import json
 import os
-import platform
 import shutil
 import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bench.bench_md import compare_md, md_table, syscall_costs
+from bench.workspaces import (
+    GIB,
+    MIB,
+    BenchTarget,
+    cleanup,
+    filesystem_of,
+    loop_ext4,
+    machine,
+    prepare,
+    settle,
+    write_config,
+)
 from slowdown.probe.data_probe import DataProbe
 
-HOST = "benchhost"
-MIB = 1 << 20
-GIB = 1 << 30
 DEFAULT_DIR = Path("/var/tmp/slowdown-bench-probe")
 GOAL_RATIO = 0.05  # ours within 5% of ioping's median ...
 GOAL_ABS = 20e-6  # ... or within 20 us
 TABLE_HEAD = ("| what | ours | ioping | difference | ratio | ratio of each run | goal "
               "| met? |")
-
-
-# --- workspaces (shared with bench_service) ----------------------------------------------
-
-
-@dataclass(frozen=True)
-class BenchTarget:
-    name: str
-    path: Path
-    data_size: int  # bytes, a multiple of 1 MiB
-    pool_files: int = 10
-    pool_dirs: int = 10
-
-    @property
-    def data(self) -> Path:
-        return self.path / ".slowdown" / HOST / "data.bin"
-
-
-def write_config(path: Path, database: Path, targets: Sequence[BenchTarget]) -> Path:
-    lines = [f'database = "{database}"', f'host = "{HOST}"']
-    for t in targets:
-        # data_file = "own": the probe reads and writes the workspace's data.bin, the file
-        # fio and ioping are run on (one node: nothing to share).
-        lines += ["", "[[target]]", f'name = "{t.name}"', f'path = "{t.path}"',
-                  'data_file = "own"',
-                  f'data_size = "{t.data_size // MIB}MiB"', f"pool_files = {t.pool_files}",
-                  f"pool_dirs = {t.pool_dirs}"]
-    path.write_text("\n".join(lines) + "\n")
-    return path
-
-
-def probe_cli(config: Path, *args: str) -> subprocess.CompletedProcess:
-    """``slowdown-probe --config CONFIG ARGS``, in a child with this interpreter."""
-    done = subprocess.run([sys.executable, "-m", "slowdown.probe.cli", "--config", str(config),
-                           *args], capture_output=True, text=True)
-    if done.returncode:
-        raise SystemExit(f"slowdown-probe {' '.join(args)} failed ({done.returncode}):\n"
-                         f"{done.stdout}{done.stderr}")
-    return done
-
-
-def prepare(config: Path) -> float:
-    """Prepare (or find prepared) every target's workspace; return the seconds it took."""
-    t0 = time.monotonic()
-    probe_cli(config, "prepare", "--no-progress")
-    return time.monotonic() - t0
-
-
-def cleanup(config: Path) -> None:
-    probe_cli(config, "cleanup", "--yes")
-
-
-def _run(*argv: str) -> None:
-    done = subprocess.run(argv, capture_output=True, text=True)
-    if done.returncode:
-        raise SystemExit(f"{' '.join(argv)} failed ({done.returncode}): {done.stderr.strip()}")
-
-
-def is_mounted(path: Path) -> bool:
-    return os.path.ismount(path)
-
-
-def mounted_from(mountpoint: Path, image: Path) -> bool:
-    """Whether ``mountpoint`` is a loop device backed by ``image``."""
-    source = subprocess.run(["findmnt", "-n", "-o", "SOURCE", "--mountpoint", str(mountpoint)],
-                            capture_output=True, text=True).stdout.split()
-    backed = subprocess.run(["losetup", "-n", "-O", "NAME", "-j", str(image)],
-                            capture_output=True, text=True).stdout.split()
-    return bool(source) and source[0] in backed
-
-
-@contextlib.contextmanager
-def loop_ext4(image: Path, mountpoint: Path, size: int, keep: bool) -> Iterator[Path]:
-    """An ext4 filesystem in ``image`` (sparse), loop-mounted at ``mountpoint`` (needs root).
-
-    An existing image is mounted again as it is (``--keep`` of an earlier run), so its
-    prepared workspace is reused; one still mounted there (an interrupted earlier run) is
-    taken over as it is. Unmounted at the end; the image is removed unless ``keep``.
-    """
-    if os.geteuid() != 0:
-        raise SystemExit("a loop-mounted ext4 image needs root (mount -o loop)")
-    created = not image.exists()
-    if created:
-        with open(image, "wb") as f:
-            f.truncate(size)
-        _run("mkfs.ext4", "-q", "-F", "-m", "0", str(image))
-    mountpoint.mkdir(parents=True, exist_ok=True)
-    if is_mounted(mountpoint):
-        if not mounted_from(mountpoint, image):
-            raise SystemExit(f"{mountpoint} is already a mount point, not of {image}")
-    else:
-        _run("mount", "-o", "loop", str(image), str(mountpoint))
-    if not is_mounted(mountpoint):
-        raise SystemExit(f"{mountpoint} is not a mount point after mount")
-    try:
-        yield mountpoint
-    finally:
-        subprocess.run(["umount", str(mountpoint)], capture_output=True)
-        if not keep and not is_mounted(mountpoint):
-            image.unlink(missing_ok=True)
-            with contextlib.suppress(OSError):
-                mountpoint.rmdir()
-
-
-def settle(pause: float, limit: float = 60.0) -> None:
-    """Let the page cache's writeback of a fresh prepare finish before anything is timed."""
-    os.sync()
-    end = time.monotonic() + limit
-    while time.monotonic() < end:
-        with open("/proc/meminfo") as f:
-            kib = sum(int(line.split()[1]) for line in f
-                      if line.startswith(("Dirty:", "Writeback:")))
-        if kib < 16 * 1024:
-            break
-        time.sleep(0.5)
-    time.sleep(pause)
-
-
-def filesystem_of(path: Path) -> str:
-    done = subprocess.run(["findmnt", "-n", "-o", "SOURCE,FSTYPE", "-T", str(path)],
-                          capture_output=True, text=True)
-    return " ".join(done.stdout.split()) or "unknown"
-
-
-def machine() -> list[str]:
-    """One line each: CPU, memory, kernel, Python, load."""
-    cpu = "unknown CPU"
-    with contextlib.suppress(OSError), open("/proc/cpuinfo") as f:
-        for line in f:
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    mem = 0
-    with contextlib.suppress(OSError), open("/proc/meminfo") as f:
-        for line in f:
-            if line.startswith("MemTotal:"):
-                mem = int(line.split()[1]) * 1024
-    with open("/proc/loadavg") as f:
-        load = " ".join(f.read().split()[:3])
-    return [f"machine: {os.cpu_count()} x {cpu}, {mem / GIB:.1f} GiB RAM, "
-            f"Linux {platform.release()}, Python {platform.python_version()}",
-            f"load average at start: {load}"]
 
 
 # --- the two sides -----------------------------------------------------------------------
@@ -231,12 +98,10 @@ READ = Kind("read", "1 MiB O_DIRECT random read", (), True)
 READ_FADVISE = Kind("read, fadvised", "1 MiB O_DIRECT random read, ours calling "
                    "posix_fadvise(DONTNEED) on the block before each read (outside the timer) "
                    "as ioping does", (), False)
-WRITE = Kind("write", "1 MiB O_DIRECT random write (no fdatasync)", ("-WWW", "-C"), True)
-WRITE_SYNC = Kind("write+fdatasync", "1 MiB O_DIRECT random write + fdatasync", ("-WWW",),
-                  False)
-WRITE_REFILL = Kind("write, refilled", "1 MiB O_DIRECT random write, ours refilling its buffer "
-                    "with new random bytes before each write (outside the timer) as ioping does",
-                    ("-WWW", "-C"), False)
+WRITE = Kind("write", "1 MiB O_DIRECT random write of fresh bytes (no fdatasync)",
+             ("-WWW", "-C"), True)
+WRITE_SYNC = Kind("write+fdatasync", "1 MiB O_DIRECT random write of fresh bytes + fdatasync "
+                  "(sync = true)", ("-WWW",), True)
 
 
 def ours(probe: DataProbe, kind: Kind, n: int) -> list[float]:
@@ -259,22 +124,11 @@ def ours(probe: DataProbe, kind: Kind, n: int) -> list[float]:
         def call() -> None:
             if os.preadv(fd, bufs, offsets[0]) != bs:
                 raise OSError("short read")
-    elif kind is WRITE:
+    else:  # a write (with fdatasync when the probe was opened with sync, as sync = true)
         call = probe.write_block
-    elif kind is WRITE_REFILL:
-        call = probe.write_block
-        buf = probe._buf  # the probe's own aligned buffer; its content is restored below
-        saved = bytes(buf)
-        fresh = [os.urandom(len(buf)) for _ in range(8)]
 
         def prep(i: int) -> None:
-            buf[:] = fresh[i % len(fresh)]
-    else:
-        fd = probe.fileno()
-
-        def call() -> None:
-            probe.write_block()
-            os.fdatasync(fd)
+            probe.fresh_bytes()  # as the worker does, outside the timer
 
     out = []
     for i in range(n + 1):
@@ -283,8 +137,6 @@ def ours(probe: DataProbe, kind: Kind, n: int) -> list[float]:
         t0 = clock()
         call()
         out.append(clock() - t0)
-    if kind is WRITE_REFILL:
-        buf[:] = saved
     return out[1:]
 
 
@@ -311,7 +163,7 @@ def ioping(path: Path, kind: Kind, n: int) -> tuple[list[float], float]:
 def compare(path: Path, kind: Kind, rounds: int, n: int) -> dict[str, Any]:
     """Alternate ours and ioping ``rounds`` times, ``n`` ops each, on ``path``."""
     rows = []
-    with DataProbe(path) as probe:
+    with DataProbe(path, sync=kind is WRITE_SYNC) as probe:
         if probe.mode != "direct":
             raise SystemExit(f"{path}: the filesystem refuses O_DIRECT; nothing to compare")
         for r in range(rounds):
@@ -421,6 +273,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--keep", action="store_true",
                         help="keep the workspaces (and image) for the next run")
     parser.add_argument("--json", type=Path, default=None, help="also write results here")
+    parser.add_argument("--md-dir", type=Path, default=None,
+                        help="where the md pool goes (default: DIR/md, the root disk)")
+    parser.add_argument("--md-objects", type=int, default=None,
+                        help="md objects per side (120; --quick 4)")
+    parser.add_argument("--md-only", action="store_true",
+                        help="only the md probe against md-workbench")
     args = parser.parse_args(argv)
     if shutil.which("ioping") is None:
         raise SystemExit("ioping is not installed (apt-get install -y ioping)")
@@ -436,17 +294,23 @@ def main(argv: list[str] | None = None) -> int:
     def progress(text: str) -> None:
         print(f"[{time.strftime('%H:%M:%S')}] {text}", file=sys.stderr, flush=True)
 
-    kinds = (READ, READ_FADVISE, WRITE, WRITE_REFILL, WRITE_SYNC)
+    kinds = () if args.md_only else (READ, READ_FADVISE, WRITE, WRITE_SYNC)
     targets = [BenchTarget("root", base / "root", size)]
     config = write_config(base / "bench-probe.toml", base / "bench-probe.db", targets)
     header = machine()
     results: list[dict[str, Any]] = []
+    md: dict[str, Any] = {}
+    md_target = BenchTarget("md", (args.md_dir or base / "md").resolve(), MIB,
+                            pool_files=1000, pool_dirs=1)
+    md_config = write_config(base / "bench-probe-md.toml", base / "bench-probe.db",
+                             [md_target])
 
     def done(result: dict[str, Any]) -> None:
         """Keep each comparison as it ends: a later failure (the loop mount) loses nothing."""
         results.append(result)
         if args.json:
-            args.json.write_text(json.dumps({"header": header, "results": results}, indent=1))
+            args.json.write_text(json.dumps({"header": header, "results": results, "md": md},
+                                            indent=1))
         progress(f"  ours {us(result['ours'])}, ioping {us(result['ioping'])}, "
                  f"ratio {result['ratio']:.3f}")
 
@@ -478,6 +342,18 @@ def main(argv: list[str] | None = None) -> int:
             for run in range(1, runs + 1):
                 for where, data in files:
                     bench_file(where, data, kinds, rounds, n, progress, done, run)
+            stack.callback(md_config.unlink, missing_ok=True)
+            if not args.keep:
+                stack.callback(cleanup, md_config)
+            prepare(md_config)
+            ws = md_target.data.parent
+            objects = args.md_objects or (4 if args.quick else 120)
+            progress(f"md probe and md-workbench alternately on {ws / 'md'}")
+            md.update(compare_md(ws, md_target.pool_files, 3901, objects,
+                                 0.2 if args.quick else 1.0, progress))
+            md["costs"] = syscall_costs(ws, 3901, 50 if args.quick else 2000)
+            header.append(f"md pool: {ws / 'md'} on {filesystem_of(ws)}, 1 data set of "
+                          f"{md_target.pool_files} objects of 3901 bytes")
     finally:
         if not args.keep:
             cleanup(config)
@@ -490,8 +366,10 @@ def main(argv: list[str] | None = None) -> int:
     version = subprocess.run(["ioping", "-v"], capture_output=True, text=True)
     header.append(f"anchor: {(version.stdout + version.stderr).strip()}")
     if args.json:
-        args.json.write_text(json.dumps({"header": header, "results": results}, indent=1))
-    print(report(results, header))
+        args.json.write_text(json.dumps({"header": header, "results": results, "md": md},
+                                        indent=1))
+    print(report(results, header) if results else "\n".join(header))
+    print(md_table(md, md["costs"]))
     return 0
 
 
