@@ -61,7 +61,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench.bench_md import compare_md, md_table, syscall_costs
+from bench.bench_md import compare_burst, compare_md, md_table, syscall_costs
 from bench.workspaces import (
     GIB,
     MIB,
@@ -351,6 +351,8 @@ def main(argv: list[str] | None = None) -> int:
             progress(f"md probe and md-workbench alternately on {ws / 'md'}")
             md.update(compare_md(ws, md_target.pool_files, 3901, objects,
                                  0.2 if args.quick else 1.0, progress))
+            md["burst"] = compare_burst(ws, md_target.pool_files, 3901,
+                                        20 if args.quick else 200, 2 if args.quick else 5)
             md["costs"] = syscall_costs(ws, 3901, 50 if args.quick else 2000)
             header.append(f"md pool: {ws / 'md'} on {filesystem_of(ws)}, 1 data set of "
                           f"{md_target.pool_files} objects of 3901 bytes")
