@@ -1,24 +1,25 @@
-"""Benchmark of the data probe against ioping: the same 1 MiB O_DIRECT I/O on the same file.
+"""Benchmark of the probes against the tools they imitate: the data probe against ioping (the
+same 1 MiB O_DIRECT I/O on the same file), the md probe against md-workbench (bench_md.py).
 
 Run from the repository root with the package importable (installed, or on PYTHONPATH)::
 
     python -m bench.bench_probe --loop           # the figures of docs/BENCHMARKS-probe.md
     python -m bench.bench_probe                  # the root disk only
     python -m bench.bench_probe --quick          # small file, few reads, seconds (smoke test)
+    python -m bench.bench_probe --md-only --md-dir /mnt/gluster/x   # md, another filesystem
 
 ``slowdown-probe prepare`` makes a workspace whose data.bin (4 GiB by default) is the file both
 sides use. Ours is ``DataProbe.read_block()`` / ``write_block()`` timed as the worker times it,
 ``time.perf_counter()`` around the call (so the random offset and Python's call overhead are
-inside); the anchor is ``ioping -D -s 1m -c N+1 -i 0 -B -p 1`` on the same file (``-p 1``
-makes ioping print its batch line after every request, so each request's time is known and a
-median can be taken; its final line is the plain ``-B`` summary). ioping ignores its first
-request (warm-up); ours drops its first one too. Rounds alternate ours, ioping, ours, ioping,
-... so that drift of a shared machine falls on both; each round reports its median, and a
-run's figure is the median of its round medians. A run takes seconds, and on a shared machine
-the ratio moves from run to run by more than the goal's 5%: ``--runs N`` (5) repeats every
-comparison N times, one run after another (root disk, then the loop image, then again), and
-each reported figure is the median of the runs' figures (the ratio: the median of the runs'
-ratios), every run's ratio shown beside it.
+inside; the write's fresh bytes are made before, outside, as the worker does); the anchor is
+``ioping -D -s 1m -c N+1 -i 0 -B -p 1`` on the same file (``-p 1`` makes ioping print its
+batch line after every request, so each request's time is known and a median can be taken;
+its final line is the plain ``-B`` summary). ioping ignores its first request (warm-up); ours
+drops its first one too. Rounds alternate ours, ioping, ours, ioping, ... so that drift of a
+shared machine falls on both; each round reports its median, and a run's figure is the median
+of its round medians. ``--runs N`` (5) repeats every comparison N times, one run after another
+(root disk, then the loop image, then again), and each reported figure is the median of the
+runs' figures (the ratio: the median of the runs' ratios), every run's ratio shown beside it.
 
 What each side times:
 
@@ -27,22 +28,18 @@ What each side times:
   offset); its ``posix_fadvise(DONTNEED)`` before each request is outside its timer.
 - read, fadvised (for information, no goal): as read, but ours calls
   ``posix_fadvise(DONTNEED)`` on the chosen block before each read, outside the timer, as
-  ioping does (it then does the offset choice and the ``preadv`` itself, as ``read_block()``
-  does them): how much of a read difference that explains.
-- write: ours ``pwritev`` of 1 MiB O_DIRECT, no fdatasync (what the probe does in direct mode);
-  ioping ``-WWW -C``: ``pwrite`` of 1 MiB O_DIRECT and nothing else (``-C`` drops the
-  fdatasync that ``-W`` adds after each write; ``-WWW`` is how ioping agrees to write into an
-  existing file). ioping refills its buffer with random bytes before each write, outside its
-  timer; the blocks it writes lose prepare's stamps, so the benchmark uses a workspace of its
-  own and removes it afterwards (unless ``--keep``).
-- write, refilled (for information, no goal): as write, but ours copies new random bytes into
-  its buffer before each write, outside the timer, as ioping does: how much of a write
-  difference that refill explains.
-- write + fdatasync (for information, no goal): ours ``write_block()`` then ``os.fdatasync``
-  inside one timer; ioping ``-WWW`` without ``-C``, which times ``pwrite`` + ``fdatasync``.
+  ioping does.
+- write: ours ``pwritev`` of 1 MiB O_DIRECT of fresh bytes, no fdatasync; ioping ``-WWW -C``:
+  ``pwrite`` of 1 MiB O_DIRECT of fresh random bytes and nothing else (``-C`` drops the
+  fdatasync that ``-W`` adds; ``-WWW`` is how ioping agrees to write into an existing file).
+  The blocks ioping writes lose prepare's stamps, so the benchmark uses a workspace of its own
+  and removes it afterwards (unless ``--keep``).
+- write + fdatasync: ours ``write_block()`` of a probe opened with ``sync`` (the target's
+  ``sync = true``); ioping ``-WWW`` without ``-C``, which times ``pwrite`` + ``fdatasync``.
 
 After prepare the benchmark waits for the page cache's writeback to finish (``sync``, then
-Dirty + Writeback below 16 MiB, then 5 s) before the first round.
+Dirty + Writeback below 16 MiB, then 5 s) before the first round. The md comparison follows
+(bench_md.py), on a pool of its own.
 """
 
 from __future__ import annotations

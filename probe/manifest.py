@@ -45,10 +45,12 @@ it lives in `md-workbench.status` next to it, in MD-Workbench's own `--run-info-
 (`pos: <n>\\n`, read back with `fscanf("pos: %d")`, see IOR's src/md-workbench.c,
 store_position/return_position). MD-Workbench counts whole rounds (one object in every data
 set); the probe moves one object per tick, so a second line `slowdown-step: <k>` carries the
-exact step. md-workbench ignores that line and rewrites the file with `pos:` only; a loader
-then falls back to `pos * dirs`. Running `md-workbench -2 -o md -D=.. -P=.. -S=..` from inside
-the workspace directory therefore continues where the probe stopped, and the probe continues
-where md-workbench stopped.
+exact step, and `pos` is always a round md-workbench can continue from without an error: the
+round of `k` between rounds, the next one mid-round (md_resume.py). md-workbench ignores our
+line and rewrites the file with `pos:` only; a loader then falls back to `pos * dirs` (and
+knows md-workbench ran: `Status.ours` is false). Running `md-workbench -2 -o md -D=.. -P=..
+-S=.. -G 0` from inside the workspace directory therefore continues where the probe stopped,
+and the probe continues where md-workbench stopped.
 """
 
 from __future__ import annotations

@@ -18,8 +18,8 @@ heals).
 
 Position: the status file (the workspace's `md-workbench.status`, md-workbench's run-info
 format, see manifest.py) always names a round md-workbench can continue from without an error:
-it is written once per round, before the round's first step, untimed (md_resume.py says why
-that round is the next one). A clean stop finishes the round (`finish_round`) and writes the
+it is written once per round, after the timed ops of the round's last step (md_resume.py says
+why that round is the next one). A clean stop finishes the round (`finish_round`) and writes the
 exact one. After a crash the next start moves on to the first object that still exists and
 repairs what the crashed step left (md_resume.py), so no object is skipped, none is visited
 twice, and md-workbench finds every object it reads.
@@ -182,7 +182,8 @@ class MdProbe:
 
     def _keep_status(self, k: int) -> None:
         """Before step `k`: make the status file name a round md-workbench can continue
-        from through this step (once per round; untimed)."""
+        from through this step. Untimed, once per round: at the end of a round's last step
+        (so no timed op follows the write in the same tick), and at a start."""
         if self.status_path is None or md_resume.status_valid(self.layout, k, self.saved_pos):
             return
         i = k // self.layout.dirs
@@ -208,7 +209,7 @@ class MdProbe:
         """
         layout = self.layout
         k = self._pos
-        self._keep_status(k)
+        self._keep_status(k)  # only at the first step after a start: the last step wrote it
         d, i = layout.oldest(k)
         base = layout.dir_paths[d]
         old = f"{base}file-{i}"
@@ -246,6 +247,7 @@ class MdProbe:
                 os.unlink(new)
         if self._stale:
             self._retry_stale()
+        self._keep_status(k + 1)  # at a round's end: the next round's, after the timed ops
         return MdStep(k, lat, err, skipped)
 
     def _retry_stale(self) -> None:

@@ -5,8 +5,9 @@ file-<pos> .. file-<pos + P - 1>. The probe moves one object per tick, so betwee
 the first data sets are one object ahead. `md-workbench -2` continues without an error from
 any round `p` whose object file-<p> is in every data set; mid-round (and during the step
 itself) that is every `p` in [i + 1, i + P - 1] for the round `i` in progress, so the probe
-writes `pos: i + 1` before the first step of each round (`status_ahead`; one small write every
-D ticks). A clean stop finishes the round and writes the exact round instead.
+writes `pos: i + 1` when round `i` is about to begin: after the timed ops of the last step of
+round `i - 1`, and at a start (`status_ahead`; one small write every D ticks). A clean stop
+finishes the round and writes the exact round instead.
 
 A crash (kill -9, a power cut) leaves the pool mid-round. Two cases at the next start:
 
