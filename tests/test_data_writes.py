@@ -75,3 +75,23 @@ def test_sync_true_adds_one_fdatasync_to_each_write(tmp_path: Path) -> None:
     synced, mode = fdatasyncs(tmp_path / "sync", "--sync")
     assert mode == DIRECT
     assert synced == 3
+
+
+@pytest.mark.timeout(30)
+def test_the_service_hands_sync_true_to_the_worker(tmp_path: Path) -> None:
+    from slowdown.analysis.config import loads
+    from slowdown.probe.recorder import Recorder
+    from slowdown.probe.runner import TargetRunner
+
+    config = loads(f'[[target]]\nname = "t"\npath = "{tmp_path}"\nsync = true\n'
+                   f'[[target]]\nname = "u"\npath = "{tmp_path / "u"}"\n')
+    assert [t.sync for t in config.targets] == [True, False]
+    for target in config.targets:
+        runner = TargetRunner(target.name, tmp_path, Recorder("h"), sync=target.sync)
+        runner.start()
+        try:
+            pid = runner._current.pid
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            assert (b"--sync" in argv) is target.sync
+        finally:
+            runner.close()
