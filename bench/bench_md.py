@@ -110,7 +110,12 @@ def compare_md(ws: Path, per_dir: int, size: int, n: int, interval: float,
 def compare_burst(ws: Path, per_dir: int, size: int, n: int, rounds: int) -> dict[str, Any]:
     """Back to back (every cache warm): ``n`` steps of ours, then one md-workbench run of
     ``-I=n`` steps, ``rounds`` times alternately; medians of the round medians per op. What
-    the two sides differ by here is the cost of each one's own code around the same calls."""
+    the two sides differ by here is the cost of each one's own code around the same calls.
+
+    Everything is written out first (``sync``), and ``2 * n * rounds`` stays below the
+    pool's size, so every delete of both sides finds an object written out to the disk, as
+    the probe's deletes do (their objects are P ticks old): deleting one that is still only
+    in the page cache costs a tenth as much on ext4."""
     command = [a if not a.startswith("-I=") else f"-I={n}"
                for a in md_workbench_command(md_workbench_bin(), ws, per_dir, size)]
     layout = PoolLayout(ws / "md", 1, per_dir, size)
@@ -118,6 +123,7 @@ def compare_burst(ws: Path, per_dir: int, size: int, n: int, rounds: int) -> dic
     probe = MdProbe(layout, position=read_status_full(status, 1).step)
     ours: dict[str, list[float]] = {op: [] for op in OPS.values()}
     theirs: dict[str, list[float]] = {op: [] for op in OPS.values()}
+    os.sync()
     for _ in range(rounds):
         probe.position = read_status_full(status, 1).step
         mine: dict[str, list[float]] = {op: [] for op in OPS.values()}

@@ -298,7 +298,7 @@ def main(argv: list[str] | None = None) -> int:
     results: list[dict[str, Any]] = []
     md: dict[str, Any] = {}
     md_target = BenchTarget("md", (args.md_dir or base / "md").resolve(), MIB,
-                            pool_files=1000, pool_dirs=1)
+                            pool_files=2000, pool_dirs=1)
     md_config = write_config(base / "bench-probe-md.toml", base / "bench-probe.db",
                              [md_target])
 
@@ -313,13 +313,16 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         with contextlib.ExitStack() as stack:
-            progress(f"preparing {size / GIB:.2f} GiB data.bin in {targets[0].path}")
-            took = prepare(config)
-            settle(1.0 if args.quick else 5.0)
-            files = [("root disk", targets[0].data)]
-            header.append(f"root disk: {files[0][1]} on {filesystem_of(files[0][1])}, "
-                          f"{files[0][1].stat().st_size / GIB:.2f} GiB (prepared in {took:.0f} s)")
-            if args.loop:
+            files = []
+            if kinds:
+                progress(f"preparing {size / GIB:.2f} GiB data.bin in {targets[0].path}")
+                took = prepare(config)
+                settle(1.0 if args.quick else 5.0)
+                files.append(("root disk", targets[0].data))
+                header.append(f"root disk: {files[0][1]} on {filesystem_of(files[0][1])}, "
+                              f"{files[0][1].stat().st_size / GIB:.2f} GiB (prepared in "
+                              f"{took:.0f} s)")
+            if args.loop and kinds:
                 image, mnt = base / "ext4.img", base / "mnt"
                 stack.enter_context(loop_ext4(image, mnt, size + size // 8 + 256 * MIB,
                                               args.keep))
@@ -343,19 +346,21 @@ def main(argv: list[str] | None = None) -> int:
             if not args.keep:
                 stack.callback(cleanup, md_config)
             prepare(md_config)
+            settle(1.0 if args.quick else 5.0)  # every object written out: what a delete finds
             ws = md_target.data.parent
             objects = args.md_objects or (4 if args.quick else 120)
             progress(f"md probe and md-workbench alternately on {ws / 'md'}")
             md.update(compare_md(ws, md_target.pool_files, 3901, objects,
                                  0.2 if args.quick else 1.0, progress))
             md["burst"] = compare_burst(ws, md_target.pool_files, 3901,
-                                        20 if args.quick else 200, 2 if args.quick else 5)
+                                        20 if args.quick else 150, 2 if args.quick else 5)
             md["costs"] = syscall_costs(ws, 3901, 50 if args.quick else 2000)
             header.append(f"md pool: {ws / 'md'} on {filesystem_of(ws)}, 1 data set of "
                           f"{md_target.pool_files} objects of 3901 bytes")
     finally:
         if not args.keep:
-            cleanup(config)
+            if kinds:
+                cleanup(config)
             config.unlink(missing_ok=True)
             if made_base:
                 with contextlib.suppress(OSError):
