@@ -246,14 +246,6 @@ class TargetRunner:
             if age > self.interval:
                 self.recorder.stuck(self.name, op, age, wall)
 
-    def save_position(self) -> None:
-        """Ask an idle worker to persist the md rotation position now (the worker writes it
-        itself once per round)."""
-        with self._lock:
-            worker = self._current
-            if worker is not None and not worker.busy:
-                worker.send({"save": True})
-
     def finish_round(self) -> None:
         """A clean stop: ask the worker to end the md round in progress and save the exact
         round, after the run in flight if there is one; `wait_saved` waits for its answer."""
