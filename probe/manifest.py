@@ -167,6 +167,8 @@ def read_status_full(path: Path, dirs: int) -> Status | None:
         data = os.read(fd, 4096)
     finally:
         os.close(fd)
+    if not data.strip():  # a power cut before the data reached the disk: as if none
+        return None
     return parse_status_full(data, dirs, str(path))
 
 

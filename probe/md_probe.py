@@ -191,7 +191,9 @@ class MdProbe:
             return  # tried this round already (a read-only filesystem, ...)
         pos = md_resume.status_ahead(self.layout, k)
         try:
-            write_status(self.status_path, k, self.layout.dirs, pos=pos)
+            # No fsync: a killed process loses nothing without it, and on ext4 a small fsync
+            # waits for the whole journal commit, every other writer's data included.
+            write_status(self.status_path, k, self.layout.dirs, pos=pos, fsync=False)
         except OSError:
             self._status_failed_round = i
             return

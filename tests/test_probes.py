@@ -225,6 +225,17 @@ def test_md_position_recovers_after_lost_saves(tmp_path: Path) -> None:
     assert sum(len(s) for s in pool_contents(ws)) == 40
 
 
+def test_md_status_left_empty_by_a_power_cut_counts_as_none(tmp_path: Path) -> None:
+    ws = prepared(tmp_path / "target")
+    probe = MdProbe.from_workspace(ws)
+    for _ in range(9):
+        probe.step()
+    (ws / "md-workbench.status").write_bytes(b"")
+    again = MdProbe.from_workspace(ws)  # from the MANIFEST's position, to the first object
+    assert again.position == 9
+    assert all(again.step().errors == {} for _ in range(40))
+
+
 def test_md_status_names_a_round_md_workbench_can_continue_from(tmp_path: Path) -> None:
     """Written at a start and at the end of each round (once per round), never between."""
     ws = prepared(tmp_path / "target")
