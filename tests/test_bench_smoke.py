@@ -97,7 +97,9 @@ def test_bench_probe_quick_compares_with_ioping(tmp_path):
     # the md probe against the real md-workbench, alternately on one pool
     md_rows = _table(done.stdout.splitlines(), MD_HEAD)
     assert [r.split(",")[0].lstrip("| ") for r in md_rows] == [
-        "md-stat", "md-read", "md-delete", "md-write"]
+        "md-stat", "md-read", "md-delete", "md-write"] * 2  # one per second, back to back
+    assert all("one per second" in r for r in md_rows[:4])
+    assert all("back to back" in r for r in md_rows[4:])
     md = raw_results["md"]["rows"]
     assert all(len(r["ours_all"]) == len(r["md_workbench_all"]) == 4 for r in md.values())
     assert all(0 < t < 1 for r in md.values() for t in r["ours_all"] + r["md_workbench_all"])
