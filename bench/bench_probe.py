@@ -1,24 +1,25 @@
-"""Benchmark of the data probe against ioping: the same 1 MiB O_DIRECT I/O on the same file.
+"""Benchmark of the probes against the tools they imitate: the data probe against ioping (the
+same 1 MiB O_DIRECT I/O on the same file), the md probe against md-workbench (bench_md.py).
 
 Run from the repository root with the package importable (installed, or on PYTHONPATH)::
 
     python -m bench.bench_probe --loop           # the figures of docs/BENCHMARKS-probe.md
     python -m bench.bench_probe                  # the root disk only
     python -m bench.bench_probe --quick          # small file, few reads, seconds (smoke test)
+    python -m bench.bench_probe --md-only --md-dir /mnt/gluster/x   # md, another filesystem
 
 ``slowdown-probe prepare`` makes a workspace whose data.bin (4 GiB by default) is the file both
 sides use. Ours is ``DataProbe.read_block()`` / ``write_block()`` timed as the worker times it,
 ``time.perf_counter()`` around the call (so the random offset and Python's call overhead are
-inside); the anchor is ``ioping -D -s 1m -c N+1 -i 0 -B -p 1`` on the same file (``-p 1``
-makes ioping print its batch line after every request, so each request's time is known and a
-median can be taken; its final line is the plain ``-B`` summary). ioping ignores its first
-request (warm-up); ours drops its first one too. Rounds alternate ours, ioping, ours, ioping,
-... so that drift of a shared machine falls on both; each round reports its median, and a
-run's figure is the median of its round medians. A run takes seconds, and on a shared machine
-the ratio moves from run to run by more than the goal's 5%: ``--runs N`` (5) repeats every
-comparison N times, one run after another (root disk, then the loop image, then again), and
-each reported figure is the median of the runs' figures (the ratio: the median of the runs'
-ratios), every run's ratio shown beside it.
+inside; the write's fresh bytes are made before, outside, as the worker does); the anchor is
+``ioping -D -s 1m -c N+1 -i 0 -B -p 1`` on the same file (``-p 1`` makes ioping print its
+batch line after every request, so each request's time is known and a median can be taken;
+its final line is the plain ``-B`` summary). ioping ignores its first request (warm-up); ours
+drops its first one too. Rounds alternate ours, ioping, ours, ioping, ... so that drift of a
+shared machine falls on both; each round reports its median, and a run's figure is the median
+of its round medians. ``--runs N`` (5) repeats every comparison N times, one run after another
+(root disk, then the loop image, then again), and each reported figure is the median of the
+runs' figures (the ratio: the median of the runs' ratios), every run's ratio shown beside it.
 
 What each side times:
 
@@ -27,22 +28,18 @@ What each side times:
   offset); its ``posix_fadvise(DONTNEED)`` before each request is outside its timer.
 - read, fadvised (for information, no goal): as read, but ours calls
   ``posix_fadvise(DONTNEED)`` on the chosen block before each read, outside the timer, as
-  ioping does (it then does the offset choice and the ``preadv`` itself, as ``read_block()``
-  does them): how much of a read difference that explains.
-- write: ours ``pwritev`` of 1 MiB O_DIRECT, no fdatasync (what the probe does in direct mode);
-  ioping ``-WWW -C``: ``pwrite`` of 1 MiB O_DIRECT and nothing else (``-C`` drops the
-  fdatasync that ``-W`` adds after each write; ``-WWW`` is how ioping agrees to write into an
-  existing file). ioping refills its buffer with random bytes before each write, outside its
-  timer; the blocks it writes lose prepare's stamps, so the benchmark uses a workspace of its
-  own and removes it afterwards (unless ``--keep``).
-- write, refilled (for information, no goal): as write, but ours copies new random bytes into
-  its buffer before each write, outside the timer, as ioping does: how much of a write
-  difference that refill explains.
-- write + fdatasync (for information, no goal): ours ``write_block()`` then ``os.fdatasync``
-  inside one timer; ioping ``-WWW`` without ``-C``, which times ``pwrite`` + ``fdatasync``.
+  ioping does.
+- write: ours ``pwritev`` of 1 MiB O_DIRECT of fresh bytes, no fdatasync; ioping ``-WWW -C``:
+  ``pwrite`` of 1 MiB O_DIRECT of fresh random bytes and nothing else (``-C`` drops the
+  fdatasync that ``-W`` adds; ``-WWW`` is how ioping agrees to write into an existing file).
+  The blocks ioping writes lose prepare's stamps, so the benchmark uses a workspace of its own
+  and removes it afterwards (unless ``--keep``).
+- write + fdatasync: ours ``write_block()`` of a probe opened with ``sync`` (the target's
+  ``sync = true``); ioping ``-WWW`` without ``-C``, which times ``pwrite`` + ``fdatasync``.
 
 After prepare the benchmark waits for the page cache's writeback to finish (``sync``, then
-Dirty + Writeback below 16 MiB, then 5 s) before the first round.
+Dirty + Writeback below 16 MiB, then 5 s) before the first round. The md comparison follows
+(bench_md.py), on a pool of its own.
 """
 
 from __future__ import annotations
@@ -51,169 +48,36 @@ import argparse
 import contextlib
 import json
 import os
-import platform
 import shutil
 import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bench.bench_md import compare_burst, compare_md, md_table, syscall_costs
+from bench.workspaces import (
+    GIB,
+    MIB,
+    BenchTarget,
+    cleanup,
+    filesystem_of,
+    loop_ext4,
+    machine,
+    prepare,
+    settle,
+    write_config,
+)
 from slowdown.probe.data_probe import DataProbe
 
-HOST = "benchhost"
-MIB = 1 << 20
-GIB = 1 << 30
 DEFAULT_DIR = Path("/var/tmp/slowdown-bench-probe")
 GOAL_RATIO = 0.05  # ours within 5% of ioping's median ...
 GOAL_ABS = 20e-6  # ... or within 20 us
 TABLE_HEAD = ("| what | ours | ioping | difference | ratio | ratio of each run | goal "
               "| met? |")
-
-
-# --- workspaces (shared with bench_service) ----------------------------------------------
-
-
-@dataclass(frozen=True)
-class BenchTarget:
-    name: str
-    path: Path
-    data_size: int  # bytes, a multiple of 1 MiB
-    pool_files: int = 10
-    pool_dirs: int = 10
-
-    @property
-    def data(self) -> Path:
-        return self.path / ".slowdown" / HOST / "data.bin"
-
-
-def write_config(path: Path, database: Path, targets: Sequence[BenchTarget]) -> Path:
-    lines = [f'database = "{database}"', f'host = "{HOST}"']
-    for t in targets:
-        # data_file = "own": the probe reads and writes the workspace's data.bin, the file
-        # fio and ioping are run on (one node: nothing to share).
-        lines += ["", "[[target]]", f'name = "{t.name}"', f'path = "{t.path}"',
-                  'data_file = "own"',
-                  f'data_size = "{t.data_size // MIB}MiB"', f"pool_files = {t.pool_files}",
-                  f"pool_dirs = {t.pool_dirs}"]
-    path.write_text("\n".join(lines) + "\n")
-    return path
-
-
-def probe_cli(config: Path, *args: str) -> subprocess.CompletedProcess:
-    """``slowdown-probe --config CONFIG ARGS``, in a child with this interpreter."""
-    done = subprocess.run([sys.executable, "-m", "slowdown.probe.cli", "--config", str(config),
-                           *args], capture_output=True, text=True)
-    if done.returncode:
-        raise SystemExit(f"slowdown-probe {' '.join(args)} failed ({done.returncode}):\n"
-                         f"{done.stdout}{done.stderr}")
-    return done
-
-
-def prepare(config: Path) -> float:
-    """Prepare (or find prepared) every target's workspace; return the seconds it took."""
-    t0 = time.monotonic()
-    probe_cli(config, "prepare", "--no-progress")
-    return time.monotonic() - t0
-
-
-def cleanup(config: Path) -> None:
-    probe_cli(config, "cleanup", "--yes")
-
-
-def _run(*argv: str) -> None:
-    done = subprocess.run(argv, capture_output=True, text=True)
-    if done.returncode:
-        raise SystemExit(f"{' '.join(argv)} failed ({done.returncode}): {done.stderr.strip()}")
-
-
-def is_mounted(path: Path) -> bool:
-    return os.path.ismount(path)
-
-
-def mounted_from(mountpoint: Path, image: Path) -> bool:
-    """Whether ``mountpoint`` is a loop device backed by ``image``."""
-    source = subprocess.run(["findmnt", "-n", "-o", "SOURCE", "--mountpoint", str(mountpoint)],
-                            capture_output=True, text=True).stdout.split()
-    backed = subprocess.run(["losetup", "-n", "-O", "NAME", "-j", str(image)],
-                            capture_output=True, text=True).stdout.split()
-    return bool(source) and source[0] in backed
-
-
-@contextlib.contextmanager
-def loop_ext4(image: Path, mountpoint: Path, size: int, keep: bool) -> Iterator[Path]:
-    """An ext4 filesystem in ``image`` (sparse), loop-mounted at ``mountpoint`` (needs root).
-
-    An existing image is mounted again as it is (``--keep`` of an earlier run), so its
-    prepared workspace is reused; one still mounted there (an interrupted earlier run) is
-    taken over as it is. Unmounted at the end; the image is removed unless ``keep``.
-    """
-    if os.geteuid() != 0:
-        raise SystemExit("a loop-mounted ext4 image needs root (mount -o loop)")
-    created = not image.exists()
-    if created:
-        with open(image, "wb") as f:
-            f.truncate(size)
-        _run("mkfs.ext4", "-q", "-F", "-m", "0", str(image))
-    mountpoint.mkdir(parents=True, exist_ok=True)
-    if is_mounted(mountpoint):
-        if not mounted_from(mountpoint, image):
-            raise SystemExit(f"{mountpoint} is already a mount point, not of {image}")
-    else:
-        _run("mount", "-o", "loop", str(image), str(mountpoint))
-    if not is_mounted(mountpoint):
-        raise SystemExit(f"{mountpoint} is not a mount point after mount")
-    try:
-        yield mountpoint
-    finally:
-        subprocess.run(["umount", str(mountpoint)], capture_output=True)
-        if not keep and not is_mounted(mountpoint):
-            image.unlink(missing_ok=True)
-            with contextlib.suppress(OSError):
-                mountpoint.rmdir()
-
-
-def settle(pause: float, limit: float = 60.0) -> None:
-    """Let the page cache's writeback of a fresh prepare finish before anything is timed."""
-    os.sync()
-    end = time.monotonic() + limit
-    while time.monotonic() < end:
-        with open("/proc/meminfo") as f:
-            kib = sum(int(line.split()[1]) for line in f
-                      if line.startswith(("Dirty:", "Writeback:")))
-        if kib < 16 * 1024:
-            break
-        time.sleep(0.5)
-    time.sleep(pause)
-
-
-def filesystem_of(path: Path) -> str:
-    done = subprocess.run(["findmnt", "-n", "-o", "SOURCE,FSTYPE", "-T", str(path)],
-                          capture_output=True, text=True)
-    return " ".join(done.stdout.split()) or "unknown"
-
-
-def machine() -> list[str]:
-    """One line each: CPU, memory, kernel, Python, load."""
-    cpu = "unknown CPU"
-    with contextlib.suppress(OSError), open("/proc/cpuinfo") as f:
-        for line in f:
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    mem = 0
-    with contextlib.suppress(OSError), open("/proc/meminfo") as f:
-        for line in f:
-            if line.startswith("MemTotal:"):
-                mem = int(line.split()[1]) * 1024
-    with open("/proc/loadavg") as f:
-        load = " ".join(f.read().split()[:3])
-    return [f"machine: {os.cpu_count()} x {cpu}, {mem / GIB:.1f} GiB RAM, "
-            f"Linux {platform.release()}, Python {platform.python_version()}",
-            f"load average at start: {load}"]
 
 
 # --- the two sides -----------------------------------------------------------------------
@@ -231,12 +95,10 @@ READ = Kind("read", "1 MiB O_DIRECT random read", (), True)
 READ_FADVISE = Kind("read, fadvised", "1 MiB O_DIRECT random read, ours calling "
                    "posix_fadvise(DONTNEED) on the block before each read (outside the timer) "
                    "as ioping does", (), False)
-WRITE = Kind("write", "1 MiB O_DIRECT random write (no fdatasync)", ("-WWW", "-C"), True)
-WRITE_SYNC = Kind("write+fdatasync", "1 MiB O_DIRECT random write + fdatasync", ("-WWW",),
-                  False)
-WRITE_REFILL = Kind("write, refilled", "1 MiB O_DIRECT random write, ours refilling its buffer "
-                    "with new random bytes before each write (outside the timer) as ioping does",
-                    ("-WWW", "-C"), False)
+WRITE = Kind("write", "1 MiB O_DIRECT random write of fresh bytes (no fdatasync)",
+             ("-WWW", "-C"), True)
+WRITE_SYNC = Kind("write+fdatasync", "1 MiB O_DIRECT random write of fresh bytes + fdatasync "
+                  "(sync = true)", ("-WWW",), True)
 
 
 def ours(probe: DataProbe, kind: Kind, n: int) -> list[float]:
@@ -259,22 +121,11 @@ def ours(probe: DataProbe, kind: Kind, n: int) -> list[float]:
         def call() -> None:
             if os.preadv(fd, bufs, offsets[0]) != bs:
                 raise OSError("short read")
-    elif kind is WRITE:
+    else:  # a write (with fdatasync when the probe was opened with sync, as sync = true)
         call = probe.write_block
-    elif kind is WRITE_REFILL:
-        call = probe.write_block
-        buf = probe._buf  # the probe's own aligned buffer; its content is restored below
-        saved = bytes(buf)
-        fresh = [os.urandom(len(buf)) for _ in range(8)]
 
         def prep(i: int) -> None:
-            buf[:] = fresh[i % len(fresh)]
-    else:
-        fd = probe.fileno()
-
-        def call() -> None:
-            probe.write_block()
-            os.fdatasync(fd)
+            probe.fresh_bytes()  # as the worker does, outside the timer
 
     out = []
     for i in range(n + 1):
@@ -283,8 +134,6 @@ def ours(probe: DataProbe, kind: Kind, n: int) -> list[float]:
         t0 = clock()
         call()
         out.append(clock() - t0)
-    if kind is WRITE_REFILL:
-        buf[:] = saved
     return out[1:]
 
 
@@ -311,7 +160,7 @@ def ioping(path: Path, kind: Kind, n: int) -> tuple[list[float], float]:
 def compare(path: Path, kind: Kind, rounds: int, n: int) -> dict[str, Any]:
     """Alternate ours and ioping ``rounds`` times, ``n`` ops each, on ``path``."""
     rows = []
-    with DataProbe(path) as probe:
+    with DataProbe(path, sync=kind is WRITE_SYNC) as probe:
         if probe.mode != "direct":
             raise SystemExit(f"{path}: the filesystem refuses O_DIRECT; nothing to compare")
         for r in range(rounds):
@@ -421,6 +270,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--keep", action="store_true",
                         help="keep the workspaces (and image) for the next run")
     parser.add_argument("--json", type=Path, default=None, help="also write results here")
+    parser.add_argument("--md-dir", type=Path, default=None,
+                        help="where the md pool goes (default: DIR/md, the root disk)")
+    parser.add_argument("--md-objects", type=int, default=None,
+                        help="md objects per side (120; --quick 4)")
+    parser.add_argument("--md-only", action="store_true",
+                        help="only the md probe against md-workbench")
     args = parser.parse_args(argv)
     if shutil.which("ioping") is None:
         raise SystemExit("ioping is not installed (apt-get install -y ioping)")
@@ -436,29 +291,38 @@ def main(argv: list[str] | None = None) -> int:
     def progress(text: str) -> None:
         print(f"[{time.strftime('%H:%M:%S')}] {text}", file=sys.stderr, flush=True)
 
-    kinds = (READ, READ_FADVISE, WRITE, WRITE_REFILL, WRITE_SYNC)
+    kinds = () if args.md_only else (READ, READ_FADVISE, WRITE, WRITE_SYNC)
     targets = [BenchTarget("root", base / "root", size)]
     config = write_config(base / "bench-probe.toml", base / "bench-probe.db", targets)
     header = machine()
     results: list[dict[str, Any]] = []
+    md: dict[str, Any] = {}
+    md_target = BenchTarget("md", (args.md_dir or base / "md").resolve(), MIB,
+                            pool_files=2000, pool_dirs=1)
+    md_config = write_config(base / "bench-probe-md.toml", base / "bench-probe.db",
+                             [md_target])
 
     def done(result: dict[str, Any]) -> None:
         """Keep each comparison as it ends: a later failure (the loop mount) loses nothing."""
         results.append(result)
         if args.json:
-            args.json.write_text(json.dumps({"header": header, "results": results}, indent=1))
+            args.json.write_text(json.dumps({"header": header, "results": results, "md": md},
+                                            indent=1))
         progress(f"  ours {us(result['ours'])}, ioping {us(result['ioping'])}, "
                  f"ratio {result['ratio']:.3f}")
 
     try:
         with contextlib.ExitStack() as stack:
-            progress(f"preparing {size / GIB:.2f} GiB data.bin in {targets[0].path}")
-            took = prepare(config)
-            settle(1.0 if args.quick else 5.0)
-            files = [("root disk", targets[0].data)]
-            header.append(f"root disk: {files[0][1]} on {filesystem_of(files[0][1])}, "
-                          f"{files[0][1].stat().st_size / GIB:.2f} GiB (prepared in {took:.0f} s)")
-            if args.loop:
+            files = []
+            if kinds:
+                progress(f"preparing {size / GIB:.2f} GiB data.bin in {targets[0].path}")
+                took = prepare(config)
+                settle(1.0 if args.quick else 5.0)
+                files.append(("root disk", targets[0].data))
+                header.append(f"root disk: {files[0][1]} on {filesystem_of(files[0][1])}, "
+                              f"{files[0][1].stat().st_size / GIB:.2f} GiB (prepared in "
+                              f"{took:.0f} s)")
+            if args.loop and kinds:
                 image, mnt = base / "ext4.img", base / "mnt"
                 stack.enter_context(loop_ext4(image, mnt, size + size // 8 + 256 * MIB,
                                               args.keep))
@@ -478,9 +342,25 @@ def main(argv: list[str] | None = None) -> int:
             for run in range(1, runs + 1):
                 for where, data in files:
                     bench_file(where, data, kinds, rounds, n, progress, done, run)
+            stack.callback(md_config.unlink, missing_ok=True)
+            if not args.keep:
+                stack.callback(cleanup, md_config)
+            prepare(md_config)
+            settle(1.0 if args.quick else 5.0)  # every object written out: what a delete finds
+            ws = md_target.data.parent
+            objects = args.md_objects or (4 if args.quick else 120)
+            progress(f"md probe and md-workbench alternately on {ws / 'md'}")
+            md.update(compare_md(ws, md_target.pool_files, 3901, objects,
+                                 0.2 if args.quick else 1.0, progress))
+            md["burst"] = compare_burst(ws, md_target.pool_files, 3901,
+                                        20 if args.quick else 150, 2 if args.quick else 5)
+            md["costs"] = syscall_costs(ws, 3901, 50 if args.quick else 2000)
+            header.append(f"md pool: {ws / 'md'} on {filesystem_of(ws)}, 1 data set of "
+                          f"{md_target.pool_files} objects of 3901 bytes")
     finally:
         if not args.keep:
-            cleanup(config)
+            if kinds:
+                cleanup(config)
             config.unlink(missing_ok=True)
             if made_base:
                 with contextlib.suppress(OSError):
@@ -490,8 +370,10 @@ def main(argv: list[str] | None = None) -> int:
     version = subprocess.run(["ioping", "-v"], capture_output=True, text=True)
     header.append(f"anchor: {(version.stdout + version.stderr).strip()}")
     if args.json:
-        args.json.write_text(json.dumps({"header": header, "results": results}, indent=1))
-    print(report(results, header))
+        args.json.write_text(json.dumps({"header": header, "results": results, "md": md},
+                                        indent=1))
+    print(report(results, header) if results else "\n".join(header))
+    print(md_table(md, md["costs"]))
     return 0
 
 

@@ -61,7 +61,7 @@ from typing import Any
 
 import psutil
 
-from bench.bench_probe import (
+from bench.workspaces import (
     GIB,
     HOST,
     MIB,

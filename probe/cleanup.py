@@ -30,7 +30,7 @@ from slowdown.probe.manifest import (
     read_manifest,
     read_ours,
 )
-from slowdown.probe.md_probe import object_index
+from slowdown.probe.md_layout import object_index
 from slowdown.probe.pathsafety import check_host, lstat_or_none, require_dir, require_ours
 from slowdown.probe.workspace import SLOWDOWN_DIR, Workspace
 from slowdown.probe.workspace_errors import (

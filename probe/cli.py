@@ -184,6 +184,8 @@ def describe_config(config: Config, environ: Mapping[str, str] = os.environ, *,
             f"target {target.name}",
             f"  workspace    {config.workspace(target)}/",
             f"  data file    {data}",
+            "  data-write   1 MiB" + (", then fdatasync (sync = true)" if target.sync else
+                                      " (sync = false: no fdatasync in the timed write)"),
             f"  md pool      {target.pool_files} files of {target.object_size} B "
             f"in {target.pool_dirs} directories ({format_size(pool)})",
             *describe_footprint(target, nodes),

@@ -9,8 +9,12 @@ each write, so a read still comes from the server and a write still reaches it. 
 switched off there (POSIX_FADV_RANDOM) so a read does not cache its neighbours.
 
 Writes only overwrite whole blocks below the size the file had at open: the file never grows.
-The buffer starts with a block read from the file, so a write puts back data of the same kind
-(prepare's content), never zeros.
+Each write carries fresh bytes: a buffer of its own (random at open, never what a read
+brought in) gets 8 new random bytes in every 4 KiB page before each write (`fresh_bytes`,
+which the caller runs outside the timed call; about 20 us), so no two writes, and no write
+and block on disk, hold the same content: a deduplicating or compressing layer cannot make a
+write cheaper than a new one. With `sync` (the target's `sync = true`) each write is followed
+by fdatasync inside the timed call, as `ioping -W` times its writes (also in direct mode).
 
 With a shared data file (data_file = "shared") the probe reads the target's shared data.bin,
 opened read-only, and writes the node's own write.bin: many nodes read one file (compatible
@@ -44,29 +48,40 @@ FADVISE = "fadvise"
 _O_DIRECT = getattr(os, "O_DIRECT", 0)
 _BASE_FLAGS = os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC
 _READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC  # a shared file: never written
+_PAGE_WORDS = 4096 // 8  # one fresh 8-byte word per 4 KiB page of each write
 
 
 class DataProbe:
     """Random aligned block I/O on one file (or reads on one, writes on another), opened once."""
 
-    __slots__ = ("_buf", "_bufs", "_cached", "_fd", "_nblocks", "_randbelow", "_wblocks", "_wfd",
-                 "block_size", "mode", "path", "size", "write_path", "write_size")
+    __slots__ = ("_buf", "_bufs", "_cached", "_fd", "_fresh", "_nblocks", "_randbelow",
+                 "_stamps", "_wblocks", "_wbuf", "_wbufs", "_wfd", "block_size", "mode", "path",
+                 "size", "sync", "write_path", "write_size")
 
     def __init__(self, path: Path | str, *, block_size: int = BLOCK_SIZE,
                  seed: int | None = None, allow_direct: bool = True,
-                 write_path: Path | str | None = None, read_size: int | None = None) -> None:
+                 write_path: Path | str | None = None, read_size: int | None = None,
+                 sync: bool = False) -> None:
         """Reads (and writes) `path`; with `write_path`, writes go there and `path` is opened
-        read-only. `read_size`: read only below it (a shared file that may be growing)."""
+        read-only. `read_size`: read only below it (a shared file that may be growing).
+        `sync`: fdatasync after each write, inside `write_block`."""
         if block_size <= 0 or block_size % mmap.PAGESIZE:
             raise ValueError("block_size must be a positive multiple of the page size")
         self.path = str(path)
         self.write_path = None if write_path is None else str(write_path)
         self.block_size = block_size
+        self.sync = sync
         self._fd = self._wfd = -1
         self._cached = False
-        # Anonymous mmap: page aligned, as O_DIRECT needs, and allocated once.
+        # Anonymous mmaps: page aligned, as O_DIRECT needs, and allocated once; one for what
+        # reads bring in, one for what writes take out.
         self._buf = mmap.mmap(-1, block_size)
         self._bufs = [self._buf]
+        self._wbuf = mmap.mmap(-1, block_size)
+        self._wbufs = [self._wbuf]
+        self._wbuf.write(os.urandom(block_size))
+        self._stamps = memoryview(self._wbuf).cast("Q")[::_PAGE_WORDS]
+        self._fresh = False
         self.mode = DIRECT if allow_direct and _O_DIRECT else FADVISE
         try:
             try:
@@ -175,22 +190,35 @@ class DataProbe:
                           self.path)
         return offset
 
+    def fresh_bytes(self) -> None:
+        """Give the next write new content: 8 random bytes in each 4 KiB page of the write
+        buffer (one getrandom call and one strided copy). Call it outside the timed region;
+        a write without it makes its own, inside."""
+        self._stamps[:] = memoryview(os.urandom(len(self._stamps) * 8)).cast("Q")
+        self._fresh = True
+
     def write_block(self) -> int:
-        """Overwrite one block at a random aligned offset; return the offset."""
+        """Overwrite one block at a random aligned offset with fresh bytes (then fdatasync
+        with `sync`, or where O_DIRECT is refused); return the offset."""
+        if not self._fresh:
+            self.fresh_bytes()
+        self._fresh = False
         bs = self.block_size
         offset = self._randbelow(self._wblocks) * bs
-        n = os.pwritev(self._wfd, self._bufs, offset)
+        n = os.pwritev(self._wfd, self._wbufs, offset)
         if n != bs:
             raise OSError(errno.EIO, f"short write: {n} of {bs} bytes at offset {offset}",
                           self.write_path or self.path)
-        if self._cached:
+        if self._cached or self.sync:
             os.fdatasync(self._wfd)
         return offset
 
     def close(self) -> None:
         self._close_files()
-        if not self._buf.closed:
-            self._buf.close()
+        self._stamps.release()
+        for buf in (self._buf, self._wbuf):
+            if not buf.closed:
+                buf.close()
 
     def fileno(self) -> int:
         return self._fd

@@ -45,10 +45,12 @@ it lives in `md-workbench.status` next to it, in MD-Workbench's own `--run-info-
 (`pos: <n>\\n`, read back with `fscanf("pos: %d")`, see IOR's src/md-workbench.c,
 store_position/return_position). MD-Workbench counts whole rounds (one object in every data
 set); the probe moves one object per tick, so a second line `slowdown-step: <k>` carries the
-exact step. md-workbench ignores that line and rewrites the file with `pos:` only; a loader
-then falls back to `pos * dirs`. Running `md-workbench -2 -o md -D=.. -P=.. -S=..` from inside
-the workspace directory therefore continues where the probe stopped, and the probe continues
-where md-workbench stopped.
+exact step, and `pos` is always a round md-workbench can continue from without an error: the
+round of `k` between rounds, the next one mid-round (md_resume.py). md-workbench ignores our
+line and rewrites the file with `pos:` only; a loader then falls back to `pos * dirs` (and
+knows md-workbench ran: `Status.ours` is false). Running `md-workbench -2 -o md -D=.. -P=..
+-S=.. -G 0` from inside the workspace directory therefore continues where the probe stopped,
+and the probe continues where md-workbench stopped.
 """
 
 from __future__ import annotations
@@ -58,7 +60,7 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, TypeVar
+from typing import Any, Callable, NamedTuple, TypeVar
 
 from slowdown.probe.workspace_errors import ForeignWorkspaceError
 
@@ -115,13 +117,23 @@ _POS_RE = re.compile(rb"\A\s*pos:\s*([+-]?\d+)")
 _STEP_RE = re.compile(rb"^slowdown-step:\s*(\d+)\s*$", re.MULTILINE)
 
 
-def format_status(step: int, dirs: int) -> bytes:
-    """The status file for rotation step `step` of a pool with `dirs` data sets."""
-    return f"pos: {step // dirs}\nslowdown-step: {step}\n".encode()
+def format_status(step: int, dirs: int, pos: int | None = None) -> bytes:
+    """The status file for rotation step `step` of a pool with `dirs` data sets; `pos` is the
+    round md-workbench continues from (default: the round of `step`)."""
+    return f"pos: {step // dirs if pos is None else pos}\nslowdown-step: {step}\n".encode()
 
 
-def parse_status(data: bytes, dirs: int, where: str = "status file") -> int:
-    """The rotation step recorded in a status file (ours or md-workbench's)."""
+class Status(NamedTuple):
+    """A status file read: md-workbench's round, the step to continue from, and whether that
+    step is ours (our exact step line, written with this round) or only `pos * dirs`."""
+
+    pos: int
+    step: int
+    ours: bool
+
+
+def parse_status_full(data: bytes, dirs: int, where: str = "status file") -> Status:
+    """The status file's round and step (ours or md-workbench's)."""
     match = _POS_RE.match(data)
     if match is None:
         raise ManifestError(f"{where}: no 'pos: <n>' line (md-workbench run-info format)")
@@ -131,14 +143,20 @@ def parse_status(data: bytes, dirs: int, where: str = "status file") -> int:
     step = _STEP_RE.search(data)
     if step is not None:
         k = int(step.group(1))
-        # Only trust our finer step while md-workbench has not moved the round since.
-        if k // dirs == pos:
-            return k
-    return pos * dirs
+        # Ours only while md-workbench has not rewritten the file: we write the round of the
+        # step, or the next one (the round md-workbench can continue from mid-round).
+        if k // dirs <= pos <= k // dirs + 1:
+            return Status(pos, k, True)
+    return Status(pos, pos * dirs, False)
 
 
-def read_status(path: Path, dirs: int) -> int | None:
-    """The step in the status file at `path`, None when there is none."""
+def parse_status(data: bytes, dirs: int, where: str = "status file") -> int:
+    """The rotation step recorded in a status file (ours or md-workbench's)."""
+    return parse_status_full(data, dirs, where).step
+
+
+def read_status_full(path: Path, dirs: int) -> Status | None:
+    """The status file at `path`, None when there is none."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except FileNotFoundError:
@@ -149,11 +167,20 @@ def read_status(path: Path, dirs: int) -> int | None:
         data = os.read(fd, 4096)
     finally:
         os.close(fd)
-    return parse_status(data, dirs, str(path))
+    if not data.strip():  # a power cut before the data reached the disk: as if none
+        return None
+    return parse_status_full(data, dirs, str(path))
 
 
-def write_status(path: Path, step: int, dirs: int, *, fsync: bool = True) -> None:
-    atomic_write(path, format_status(step, dirs), fsync=fsync)
+def read_status(path: Path, dirs: int) -> int | None:
+    """The step in the status file at `path`, None when there is none."""
+    status = read_status_full(path, dirs)
+    return None if status is None else status.step
+
+
+def write_status(path: Path, step: int, dirs: int, *, pos: int | None = None,
+                 fsync: bool = True) -> None:
+    atomic_write(path, format_status(step, dirs, pos), fsync=fsync)
 
 
 # --- the MANIFEST ------------------------------------------------------------------------

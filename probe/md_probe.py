@@ -1,9 +1,8 @@
 """The metadata probe: MD-Workbench's object rotation, one object per tick.
 
-Layout (as MD-Workbench lays out its objects; IOR's src/md-workbench.c, def_dset_name and
-def_obj_name): data set `d` of rank `r` is the directory `<pool>/<r>_<d>`, object `i` in it is
-`<pool>/<r>_<d>/file-<i>`. The pool is always rank 0. Precreate makes file-0 .. file-(P-1) in
-every data set, object index outer, data set inner (run_precreate).
+Layout (md_layout.py, as MD-Workbench lays out its objects): data set `d` is `<pool>/0_<d>`,
+object `i` in it `<pool>/0_<d>/file-<i>`. Precreate makes file-0 .. file-(P-1) in every data
+set, object index outer, data set inner (run_precreate).
 
 Rotation (run_benchmark with one rank): round `f` visits data sets 0..D-1 and, in data set `d`,
 stats, reads and deletes the oldest object file-<f> and creates file-<f+P>. The probe does one
@@ -11,13 +10,19 @@ object per tick, so its position is a step `k`: data set `k % D`, object `k // D
 object `k // D + P`. After `k` steps each data set holds exactly P objects (a window of P
 consecutive indices), and every data set is visited once per D ticks.
 
-Position: the probe keeps `k` in memory and writes it only when asked (`save_position`, which
-the service calls about once a minute): a write per tick on the probed filesystem would add
-metadata load to what is being measured. The file is the workspace's `md-workbench.status`
-(md-workbench's run-info format, see manifest.py). After a crash the saved step lags by up to
-one save interval, and the objects of the lost steps are already gone: `recover` moves forward
-to the first object that still exists (a bounded run of lstat calls, then one listing of the
-data sets), so no object is skipped and none is visited twice.
+The timed system calls are md-workbench's (IOR's POSIX backend): stat; open(O_RDONLY), lseek,
+read, close; unlink; open(O_RDWR|O_CREAT), lseek, write, close, with md-workbench's object
+content (md_content.py). What differs, and what it costs, is in docs/PROBES.md (O_NOFOLLOW
+and O_CLOEXEC on both opens; a missing object's successor is still created, so the pool
+heals).
+
+Position: the status file (the workspace's `md-workbench.status`, md-workbench's run-info
+format, see manifest.py) always names a round md-workbench can continue from without an error:
+it is written once per round, after the timed ops of the round's last step (md_resume.py says
+why that round is the next one). A clean stop finishes the round (`finish_round`) and writes the
+exact one. After a crash the next start moves on to the first object that still exists and
+repairs what the crashed step left (md_resume.py), so no object is skipped, none is visited
+twice, and md-workbench finds every object it reads.
 """
 
 from __future__ import annotations
@@ -25,82 +30,36 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
-import re
 from collections.abc import Callable
 from pathlib import Path
 from time import perf_counter_ns
 from typing import NamedTuple, Optional
 
 from slowdown.analysis.words import MD_OPS
+from slowdown.probe import md_resume
 from slowdown.probe.manifest import (
     STATUS_NAME,
     ManifestError,
-    PoolEntry,
     read_manifest,
-    read_status,
+    read_status_full,
     write_status,
 )
+from slowdown.probe.md_content import object_content
+from slowdown.probe.md_layout import OBJECT_RE, PoolLayout, object_index
+
+__all__ = ["OBJECT_RE", "MdProbe", "MdStep", "PoolLayout", "object_index"]
 
 MD_STAT, MD_READ, MD_DELETE, MD_WRITE = MD_OPS
 
-OBJECT_RE = re.compile(r"file-(0|[1-9][0-9]*)")
-"""An object name as md-workbench writes it (`file-%d`, no leading zeros)."""
-
 _READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
-_CREATE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+_CREATE_FLAGS = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
 _NS = 1e-9
 MAX_STALE = 1024
 
 
-def object_index(name: str) -> int | None:
-    """The index of an object name, None for any other name."""
-    match = OBJECT_RE.fullmatch(name)
-    return int(match.group(1)) if match else None
-
-
-class PoolLayout:
-    """Names and rotation arithmetic of an MD-Workbench pool (one rank)."""
-
-    __slots__ = ("dir_paths", "dirs", "object_size", "per_dir", "rank", "root")
-
-    def __init__(self, root: Path, dirs: int, per_dir: int, object_size: int,
-                 rank: int = 0) -> None:
-        if dirs < 1 or per_dir < 1 or object_size < 0:
-            raise ValueError("a pool needs dirs >= 1, per_dir >= 1, object_size >= 0")
-        self.root = Path(root)
-        self.dirs = dirs
-        self.per_dir = per_dir
-        self.object_size = object_size
-        self.rank = rank
-        self.dir_paths = tuple(f"{self.root}/{self.dir_name(d)}/" for d in range(dirs))
-
-    @classmethod
-    def from_entry(cls, workspace: Path, entry: PoolEntry) -> PoolLayout:
-        return cls(Path(workspace) / entry.dir, entry.dirs, entry.files_per_dir,
-                   entry.object_size, entry.rank)
-
-    @property
-    def files(self) -> int:
-        return self.dirs * self.per_dir
-
-    def dir_name(self, d: int) -> str:
-        return f"{self.rank}_{d}"
-
-    def object_path(self, d: int, i: int) -> str:
-        return f"{self.dir_paths[d]}file-{i}"
-
-    def oldest(self, step: int) -> tuple[int, int]:
-        """(data set, object index) that step `step` stats, reads and deletes."""
-        return step % self.dirs, step // self.dirs
-
-    def window(self, step: int, d: int) -> range:
-        """The object indices data set `d` holds before step `step` runs."""
-        first = step // self.dirs + (1 if d < step % self.dirs else 0)
-        return range(first, first + self.per_dir)
-
-
 OnOp = Callable[[str, Optional[float], int], None]
-"""Called after each op of a step: (op name, seconds or None when not attempted, errno or 0)."""
+"""Called after each op of a step: (op name, seconds, errno or 0); (op, None, 0) for an op
+not attempted."""
 
 
 class MdStep(NamedTuple):
@@ -108,8 +67,8 @@ class MdStep(NamedTuple):
     not attempted.
 
     A failed op still has its latency (the time until it failed). `skipped` ops (md-read and
-    md-delete after md-stat found the object missing) have no latency and count as failed
-    with ENOENT in `errors`.
+    md-delete after md-stat found the object missing) have neither: as in md-workbench, a
+    missing object is one failed op.
     """
 
     step: int
@@ -122,28 +81,31 @@ class MdProbe:
     """The rotation over one pool; `step()` does one object, timing each op separately.
 
     Not thread-safe; meant to live in the per-target worker process. `status_path` is where
-    `save_position` writes (None: positions are not persisted).
+    the position is written (None: positions are not persisted); `saved_pos` is the round
+    the status file names now.
     """
 
     def __init__(self, layout: PoolLayout, *, position: int = 0,
-                 status_path: Path | None = None, payload: bytes | None = None) -> None:
+                 status_path: Path | None = None, payload: bytes | None = None,
+                 saved_pos: int | None = None) -> None:
         if position < 0:
             raise ValueError("position must be >= 0")
         self.layout = layout
         self.status_path = status_path
+        self.saved_pos = saved_pos
         self._pos = position
+        self._status_failed_round = -1
         size = layout.object_size
-        self._payload = payload if payload is not None else _payload(size)
+        self._payload = payload if payload is not None else object_content(size)
         if len(self._payload) != size:
             raise ValueError("payload length must equal the object size")
-        self._rbuf = bytearray(max(size, 1))
-        self._rview = memoryview(self._rbuf)[:size]
         self._stale: list[str] = []
 
     @classmethod
     def from_workspace(cls, workspace: Path, *, recover: bool = True,
                        max_scan: int = 4096) -> MdProbe:
-        """The probe over a prepared workspace, at its saved (and recovered) position."""
+        """The probe over a prepared workspace, at its saved position, with what a crash
+        left behind repaired (md_resume.py)."""
         workspace = Path(workspace)
         manifest = read_manifest(workspace)
         if manifest is None:
@@ -152,12 +114,14 @@ class MdProbe:
             raise ManifestError(f"{workspace}: preparation did not finish; run "
                                 "'slowdown-probe prepare' again")
         layout = PoolLayout.from_entry(workspace, manifest.pool)
-        status = workspace / STATUS_NAME
-        saved = read_status(status, layout.dirs)
-        probe = cls(layout, position=manifest.pool.position if saved is None else saved,
-                    status_path=status)
+        path = workspace / STATUS_NAME
+        status = read_status_full(path, layout.dirs)
+        start = manifest.pool.position if status is None else status.step
+        probe = cls(layout, position=start, status_path=path,
+                    saved_pos=None if status is None else status.pos)
         if recover:
-            probe.recover(max_scan)
+            probe.resume(max_scan, md_workbench_moved=status is not None and not status.ours,
+                         first_index=manifest.pool.first_index)
         return probe
 
     @property
@@ -177,54 +141,68 @@ class MdProbe:
         return len(self._stale)
 
     def save_position(self, *, fsync: bool = True) -> None:
-        """Persist the position (atomic replace); call rarely, not per tick."""
+        """Persist the position (atomic replace): the step, and the round md-workbench can
+        continue from (this round mid-round; exact between rounds)."""
         if self.status_path is None:
             raise ValueError("this probe has no status file")
-        write_status(self.status_path, self._pos, self.layout.dirs, fsync=fsync)
+        pos = -(-self._pos // self.layout.dirs)
+        write_status(self.status_path, self._pos, self.layout.dirs, pos=pos, fsync=fsync)
+        self.saved_pos = pos
+
+    def finish_round(self) -> int:
+        """Run the steps left in the round in progress (not reported), then save the exact
+        round: what a clean stop does, so md-workbench continues with nothing left over.
+        Returns the steps run."""
+        done = 0
+        while self._pos % self.layout.dirs:
+            self.step()
+            done += 1
+        self.save_position()
+        return done
+
+    def resume(self, max_scan: int = 4096, *, md_workbench_moved: bool = False,
+               first_index: int = 0) -> int:
+        """Move to the first existing object at or after the position and repair what a
+        crash left; return the steps skipped."""
+        layout = self.layout
+        start = self._pos
+        self._pos = md_resume.recover(layout, start, max_scan)
+        if self._pos > start:  # the last step passed may have been cut short by the crash
+            k = self._pos - 1
+            md_resume.rewrite_if_broken(layout, k % layout.dirs, k // layout.dirs
+                                        + layout.per_dir, self._payload)
+        if md_workbench_moved:
+            md_resume.clear_leftovers(layout, self._pos, first_index, self._payload)
+        return self._pos - start
 
     def recover(self, max_scan: int = 4096) -> int:
         """Advance to the first existing object at or after the position; return the steps
-        skipped.
+        skipped."""
+        return self.resume(max_scan)
 
-        lstat the next objects one by one, at most `max_scan`; past that, list the data sets
-        once (D readdirs) for the lowest index still present. An empty pool keeps the position
-        (the steps recreate the objects). Only a missing object (ENOENT) is skipped over; any
-        other error stops the search, so a sick filesystem is measured, not walked around.
-        """
-        layout = self.layout
-        start = self._pos
-        for k in range(start, start + max_scan):
-            d, i = layout.oldest(k)
-            try:
-                os.lstat(layout.object_path(d, i))
-            except FileNotFoundError:
-                continue
-            except OSError:
-                pass
-            self._pos = k
-            return k - start
-        best: int | None = None
-        low = start // layout.dirs
-        for d in range(layout.dirs):
-            try:
-                with os.scandir(layout.dir_paths[d]) as it:
-                    indices = [i for i in (object_index(e.name) for e in it)
-                               if i is not None and i >= low]
-            except OSError:
-                continue
-            for i in sorted(indices):
-                k = i * layout.dirs + d
-                if k >= start:
-                    best = k if best is None else min(best, k)
-                    break
-        if best is not None:
-            self._pos = best
-        return self._pos - start
+    def _keep_status(self, k: int) -> None:
+        """Before step `k`: make the status file name a round md-workbench can continue
+        from through this step. Untimed, once per round: at the end of a round's last step
+        (so no timed op follows the write in the same tick), and at a start."""
+        if self.status_path is None or md_resume.status_valid(self.layout, k, self.saved_pos):
+            return
+        i = k // self.layout.dirs
+        if i == self._status_failed_round:
+            return  # tried this round already (a read-only filesystem, ...)
+        pos = md_resume.status_ahead(self.layout, k)
+        try:
+            # No fsync: a killed process loses nothing without it, and on ext4 a small fsync
+            # waits for the whole journal commit, every other writer's data included.
+            write_status(self.status_path, k, self.layout.dirs, pos=pos, fsync=False)
+        except OSError:
+            self._status_failed_round = i
+            return
+        self.saved_pos = pos
 
     def step(self, on_op: OnOp | None = None) -> MdStep:
         """stat, read, delete the oldest object, then create and write its successor.
 
-        Each op is timed on its own (perf_counter_ns around the system calls only); `on_op`
+        Each op is timed on its own (perf_counter_ns around its system calls only); `on_op`
         hears of each op as soon as it is done, so a caller can tell which one is in flight.
         An op that fails records its errno and the step goes on: a missing object (md-stat
         ENOENT) skips md-read and md-delete but still creates the successor, so the pool
@@ -233,73 +211,45 @@ class MdProbe:
         """
         layout = self.layout
         k = self._pos
-        dirs = layout.dirs
-        d = k % dirs
-        i = k // dirs
+        self._keep_status(k)  # only at the first step after a start: the last step wrote it
+        d, i = layout.oldest(k)
         base = layout.dir_paths[d]
         old = f"{base}file-{i}"
         new = f"{base}file-{i + layout.per_dir}"
         lat: dict[str, float] = {}
         err: dict[str, int] = {}
         skipped: tuple = ()
-        clock = perf_counter_ns
 
-        t0 = clock()
-        try:
-            os.lstat(old)
-            e = 0
-        except OSError as exc:
-            e = exc.errno or errno.EIO
-        lat[MD_STAT] = t = (clock() - t0) * _NS
-        if e:
-            err[MD_STAT] = e
-        if on_op is not None:
-            on_op(MD_STAT, t, e)
+        def timed(op: str, call: Callable[..., int], *args: object) -> int:
+            t0 = perf_counter_ns()
+            e = call(*args)
+            lat[op] = t = (perf_counter_ns() - t0) * _NS
+            if e:
+                err[op] = e
+            if on_op is not None:
+                on_op(op, t, e)
+            return e
 
-        if e == errno.ENOENT:
+        if timed(MD_STAT, _stat, old) == errno.ENOENT:
             skipped = (MD_READ, MD_DELETE)
-            for op in skipped:
-                err[op] = errno.ENOENT
-                if on_op is not None:
-                    on_op(op, None, errno.ENOENT)
+            if on_op is not None:
+                for op in skipped:
+                    on_op(op, None, 0)
         else:
-            t0 = clock()
-            e = _read_whole(old, self._rview, layout.object_size)
-            lat[MD_READ] = t = (clock() - t0) * _NS
-            if e:
-                err[MD_READ] = e
-            if on_op is not None:
-                on_op(MD_READ, t, e)
-
-            t0 = clock()
-            try:
-                os.unlink(old)
-                e = 0
-            except OSError as exc:
-                e = exc.errno or errno.EIO
-            lat[MD_DELETE] = t = (clock() - t0) * _NS
-            if e:
-                err[MD_DELETE] = e
-                if e != errno.ENOENT and len(self._stale) < MAX_STALE:
-                    self._stale.append(old)
-            if on_op is not None:
-                on_op(MD_DELETE, t, e)
-
-        t0 = clock()
-        e = _create_whole(new, self._payload)
-        lat[MD_WRITE] = t = (clock() - t0) * _NS
+            timed(MD_READ, _with_file, old, _READ_FLAGS, _read_all, layout.object_size)
+            e = timed(MD_DELETE, _unlink, old)
+            if e and e != errno.ENOENT and len(self._stale) < MAX_STALE:
+                self._stale.append(old)
+        e = timed(MD_WRITE, _with_file, new, _CREATE_FLAGS, _write_all, self._payload)
         self._pos = k + 1
         if e:
-            err[MD_WRITE] = e
-            if e != errno.EEXIST:
-                # A short or failed write leaves a truncated object behind: remove it, so the
-                # rotation recreates it whole when it gets there (the pool heals).
-                with contextlib.suppress(OSError):
-                    os.unlink(new)
-        if on_op is not None:
-            on_op(MD_WRITE, t, e)
+            # A short or failed write leaves a truncated object behind: remove it, so the
+            # rotation recreates it whole when it gets there (the pool heals).
+            with contextlib.suppress(OSError):
+                os.unlink(new)
         if self._stale:
             self._retry_stale()
+        self._keep_status(k + 1)  # at a round's end: the next round's, after the timed ops
         return MdStep(k, lat, err, skipped)
 
     def _retry_stale(self) -> None:
@@ -314,55 +264,63 @@ class MdProbe:
         self._stale.pop()
 
 
-def _read_whole(path: str, view: memoryview, size: int) -> int:
-    """open, read `size` bytes, close; 0 or the errno (EIO for a short object)."""
+def _errno(exc: OSError) -> int:
+    return exc.errno or errno.EIO
+
+
+def _stat(path: str) -> int:
+    """stat, as md-workbench (a symlink is followed: stat reads, never writes)."""
     try:
-        fd = os.open(path, _READ_FLAGS)
+        os.stat(path)
     except OSError as exc:
-        return exc.errno or errno.EIO
-    e = 0
+        return _errno(exc)
+    return 0
+
+
+def _unlink(path: str) -> int:
     try:
-        got = os.readv(fd, [view]) if size else 0
-        while got < size:
-            n = os.readv(fd, [view[got:]])
-            if n == 0:
-                e = errno.EIO
-                break
-            got += n
+        os.unlink(path)
     except OSError as exc:
-        e = exc.errno or errno.EIO
+        return _errno(exc)
+    return 0
+
+
+def _with_file(path: str, flags: int, transfer: Callable[[int, object], int],
+               arg: object) -> int:
+    """open, lseek to 0, `transfer`, close (IOR's POSIX open/create, xfer, close); 0 or the
+    first errno."""
+    try:
+        fd = os.open(path, flags, 0o644)
+    except OSError as exc:
+        return _errno(exc)
+    try:
+        os.lseek(fd, 0, os.SEEK_SET)
+        e = transfer(fd, arg)
+    except OSError as exc:
+        e = _errno(exc)
     try:
         os.close(fd)
     except OSError as exc:
-        e = e or exc.errno or errno.EIO
+        e = e or _errno(exc)
     return e
 
 
-def _create_whole(path: str, payload: bytes) -> int:
-    """open(O_CREAT|O_EXCL), write the payload, close; 0 or the errno."""
-    try:
-        fd = os.open(path, _CREATE_FLAGS, 0o644)
-    except OSError as exc:
-        return exc.errno or errno.EIO
-    e = 0
-    try:
-        done = os.write(fd, payload) if payload else 0
-        while done < len(payload):
-            n = os.write(fd, memoryview(payload)[done:])
-            if n == 0:
-                e = errno.EIO
-                break
-            done += n
-    except OSError as exc:
-        e = exc.errno or errno.EIO
-    try:
-        os.close(fd)
-    except OSError as exc:
-        e = e or exc.errno or errno.EIO
-    return e
+def _read_all(fd: int, size: object) -> int:
+    """read until `size` bytes came (EIO for a short object)."""
+    left = int(size)  # type: ignore[call-overload]
+    while left > 0:
+        n = len(os.read(fd, left))
+        if n == 0:
+            return errno.EIO
+        left -= n
+    return 0
 
 
-def _payload(size: int) -> bytes:
-    """Object content: incompressible, the same for every object (like md-workbench's
-    pattern buffer, which is also reused)."""
-    return os.urandom(size)
+def _write_all(fd: int, content: object) -> int:
+    view = memoryview(content)  # type: ignore[arg-type]
+    while view:
+        n = os.write(fd, view)
+        if n == 0:
+            return errno.EIO
+        view = view[n:]
+    return 0

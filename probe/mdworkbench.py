@@ -14,7 +14,7 @@ import stat
 from pathlib import Path
 
 from slowdown.probe.manifest import POOL_NAME, ManifestError, parse_status
-from slowdown.probe.md_probe import object_index
+from slowdown.probe.md_layout import object_index
 from slowdown.probe.pathsafety import lstat_or_none
 from slowdown.probe.workspace_errors import ForeignWorkspaceError
 

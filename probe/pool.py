@@ -15,7 +15,8 @@ import os
 from typing import Any
 
 from slowdown.probe.manifest import POOL_NAME
-from slowdown.probe.md_probe import PoolLayout, object_index
+from slowdown.probe.md_content import object_content
+from slowdown.probe.md_layout import PoolLayout, object_index
 from slowdown.probe.pathsafety import lstat_or_none, require_dir
 from slowdown.probe.workspace_errors import WorkspaceError
 
@@ -62,7 +63,7 @@ def fill_pool(layout: PoolLayout, window: range, have: list[set[int]],
     total = layout.dirs * len(window)
     done = sum(len(s) for s in have)
     task = progress.add_task(f"{POOL_NAME}/", total=total, completed=done)
-    payload = os.urandom(layout.object_size)
+    payload = object_content(layout.object_size)  # md-workbench's, so -X verifies
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
     created = 0
     path = ""

@@ -59,13 +59,13 @@ class WorkerHandle:
     """One worker process and the thread that reads its answers."""
 
     def __init__(self, target: str, workspace: Path, on_message: Callable,
-                 env: dict[str, str] | None = None) -> None:
+                 env: dict[str, str] | None = None, sync: bool = False) -> None:
         self.target = target
         self.progress, fd = Progress.create()
         try:
             self.process = subprocess.Popen(
                 [sys.executable, "-m", "slowdown.probe.worker", str(workspace),
-                 "--progress-fd", str(fd)],
+                 "--progress-fd", str(fd), *(["--sync"] if sync else [])],
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1,
                 close_fds=True, pass_fds=(fd,),
                 start_new_session=True,  # a terminal's Ctrl-C is the service's
@@ -153,8 +153,9 @@ class TargetRunner:
 
     def __init__(self, name: str, workspace: Path, recorder: Recorder, *,
                  interval: float = 1.0, abandon_after: float = 30.0, max_abandoned: int = 2,
-                 wall: Callable[[], float] = time.time) -> None:
+                 wall: Callable[[], float] = time.time, sync: bool = False) -> None:
         self.name = name
+        self.sync = sync  # fdatasync in the timed data-write (the target's sync = true)
         self.workspace = workspace
         self.recorder = recorder
         self.interval = interval
@@ -174,6 +175,7 @@ class TargetRunner:
         self.lock_state: str | None = None  # what the worker last said: ok, wait, held, none
         self.lock_said = threading.Event()
         self.refusal: str | None = None  # the line that says who else probes the workspace
+        self._saved = threading.Event()  # the worker answered a save (or is gone)
 
     # -- the service side --------------------------------------------------------------------
 
@@ -224,7 +226,7 @@ class TargetRunner:
         if self.owner is not None:
             env = owner_environ(self.owner["host"], self.owner["since"],
                                 self.owner["database"], successor=bool(self._abandoned))
-        return WorkerHandle(self.name, self.workspace, self._message, env)
+        return WorkerHandle(self.name, self.workspace, self._message, env, sync=self.sync)
 
     def in_flight(self) -> list[tuple[str, float, int]]:
         """``(op, age seconds, worker pid)`` of every op in flight, current and abandoned."""
@@ -244,12 +246,18 @@ class TargetRunner:
             if age > self.interval:
                 self.recorder.stuck(self.name, op, age, wall)
 
-    def save_position(self) -> None:
-        """Ask an idle worker to persist the md rotation position (rarely: once a minute)."""
+    def finish_round(self) -> None:
+        """A clean stop: ask the worker to end the md round in progress and save the exact
+        round, after the run in flight if there is one; `wait_saved` waits for its answer."""
         with self._lock:
+            self._saved.clear()
             worker = self._current
-            if worker is not None and not worker.busy:
-                worker.send({"save": True})
+            if worker is None or not worker.send({"save": True, "finish": True}):
+                self._saved.set()
+
+    def wait_saved(self, timeout: float) -> bool:
+        """True once the worker answered the last save (or exited) within `timeout` s."""
+        return self._saved.wait(timeout)
 
     @property
     def abandoned(self) -> int:
@@ -308,9 +316,12 @@ class TargetRunner:
                 worker.in_flight = None
                 if worker is self._current:
                     self._current = None
-            elif "saved" in message and not message["saved"]:
-                log.warning("target %s: cannot save the md position: %s", self.name,
-                            message.get("msg"))
+                    self._saved.set()
+            elif "saved" in message:
+                self._saved.set()
+                if not message["saved"]:
+                    log.warning("target %s: cannot save the md position: %s", self.name,
+                                message.get("msg"))
 
     def _note_lock(self, message: dict) -> None:
         """What a worker found of the workspace's lock (said once per change)."""

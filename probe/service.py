@@ -51,6 +51,7 @@ from slowdown.probe.runner import TargetRunner
 log = logging.getLogger(__name__)
 
 EXIT_DEADLINE = 9.0  # seconds after SIGTERM before the process exits whatever is stuck
+FINISH_WAIT = 3.0  # seconds the stop waits for the workers to end their md round
 EXIT_DATABASE = 2  # the database file is damaged, foreign or newer: not touched, not started
 LOCK_WAIT = 5.0  # seconds the start waits for the workers to lock their workspaces
 
@@ -74,7 +75,7 @@ class Service:
         self.recorder = Recorder(config.host, config.scale, database=str(config.database))
         self.runners = [
             TargetRunner(t.name, config.workspace(t), self.recorder, interval=config.interval,
-                         abandon_after=config.abandon_after)
+                         abandon_after=config.abandon_after, sync=t.sync)
             for t in config.targets
         ]
         self.node = NodeSampler(config.host)
@@ -145,7 +146,6 @@ class Service:
             minute = minute_of(now)
             for runner in self.runners:  # ops in flight at the minute's end count as stuck
                 runner.note_stuck(minute - 0.001)
-                runner.save_position()
             # The node sample covers the time since the previous one: the minute that just
             # ended, or at exit the current, partial minute.
             self.recorder.node(self.node.sample(minute if everything else minute - MINUTE))
@@ -435,8 +435,13 @@ class Service:
         self.scheduler.shutdown(wait=False)
         for runner in self.runners:
             runner.note_stuck()
-            runner.save_position()
-        time.sleep(0.05)  # let idle workers persist their position
+            runner.finish_round()
+        # Each worker ends its md round and saves it (md-workbench continues from the exact
+        # round); one stuck in a hung call is killed as it is, and the round it left is
+        # repaired at the next start (md_resume.py).
+        finish_by = time.monotonic() + FINISH_WAIT
+        for runner in self.runners:
+            runner.wait_saved(max(0.0, finish_by - time.monotonic()))
         for runner in self.runners:
             runner.close()
         ok = self.flush(everything=True)

@@ -6,7 +6,8 @@ cannot be interrupted. In a thread it keeps the whole service from exiting, in a
 abandoned and the service still exits at once.
 
 Protocol, JSON lines. The service writes ``{"tick": N}`` (run the probes once) or
-``{"save": true}`` (persist the md rotation position) to stdin; the worker answers on
+``{"save": true}`` (persist the md rotation position; with ``"finish": true`` first end the
+round in progress, as a clean stop does) to stdin; the worker answers on
 stdout, one line per finished op, in the fixed order of ``OPS``, and one at the end::
 
     {"tick": N, "op": "data-read", "lat": 0.00123, "at": 1763762400.5}
@@ -74,8 +75,9 @@ def _error(exc: BaseException) -> dict[str, str]:
 class Probes:
     """Both probes of one workspace, opened lazily so that a hung open counts as in flight."""
 
-    def __init__(self, workspace: Path) -> None:
+    def __init__(self, workspace: Path, sync: bool = False) -> None:
         self.workspace = workspace
+        self.sync = sync
         self.data = None
         self.md = None
         self.claim = WorkspaceClaim.from_environ(workspace)
@@ -90,7 +92,8 @@ class Probes:
         if self.md is None:
             self.md = MdProbe.from_workspace(self.workspace)
         if self.data is None:
-            self.data = DataProbe.from_workspace(self.workspace)  # own or shared data file
+            self.data = DataProbe.from_workspace(  # own or shared data file
+                self.workspace, sync=self.sync)
 
     def claim_workspace(self, emit: Emit) -> bool:
         """Take the workspace's lock if not held yet; False while another service holds it."""
@@ -122,6 +125,7 @@ class Probes:
                 raise Abandoned
 
         clock = time.perf_counter
+        self.data.fresh_bytes()  # the next write's content, made outside the timed calls
         try:
             for op, call in ((DATA_READ, self.data.read_block),
                              (DATA_WRITE, self.data.write_block)):
@@ -141,6 +145,8 @@ class Probes:
                     message.update(err=errno.errorcode.get(code, str(code)),
                                    msg=os.strerror(code))
                     missing.append(code in (errno.ENOENT, errno.ESTALE))
+                elif latency is None:  # not attempted: the object was missing
+                    message["skip"] = True
                 else:
                     message["lat"] = latency
                 report(message)
@@ -173,8 +179,14 @@ class Probes:
         self.data = self.md = None
         self.claim.release()
 
-    def save(self) -> None:
-        if self.md is not None:
+    def save(self, finish: bool = False) -> None:
+        """Persist the md position; `finish`: first end the round in progress (a clean
+        stop, so md-workbench continues from the exact round)."""
+        if self.md is None:
+            return
+        if finish and not self.claim.refused:
+            self.md.finish_round()
+        else:
             self.md.save_position()
 
 
@@ -215,7 +227,7 @@ def main() -> int:
     progress = None
     if len(sys.argv) > 3 and sys.argv[2] == "--progress-fd":
         progress = Progress.attach(int(sys.argv[3]))
-    probes = Probes(workspace)
+    probes = Probes(workspace, sync="--sync" in sys.argv[2:])
     emit = Answers(sys.stdout, progress)
 
     signal.signal(signal.SIGUSR1, _on_abandon)
@@ -234,7 +246,7 @@ def main() -> int:
                 break
         elif command.get("save"):
             try:
-                probes.save()
+                probes.save(finish=bool(command.get("finish")))
                 emit({"saved": True})
             except Exception as exc:
                 emit({"saved": False, **_error(exc)})

@@ -57,7 +57,7 @@ from slowdown.probe.manifest import (
     write_manifest,
     write_status,
 )
-from slowdown.probe.md_probe import PoolLayout
+from slowdown.probe.md_layout import PoolLayout
 from slowdown.probe.mdworkbench import recognise_md_workbench
 from slowdown.probe.pathsafety import (
     check_host,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -18,3 +19,24 @@ def ior_bin() -> Path:
         ["bash", str(ROOT / ".ci" / "build-ior")], check=True, capture_output=True, text=True
     )
     return Path(done.stdout.strip().splitlines()[-1])
+
+
+def md_workbench(ws: Path, dirs: int, per_dir: int, size: int, iterations: int,
+                 *args: str, verify: bool = True) -> tuple[int, str]:
+    """Run the real `md-workbench -2` (benchmark phase, one rank) on the pool of workspace
+    `ws`, continuing from its status file; return (errors it counted, its output).
+
+    -G is slowdown's seed (probe/md_content.py), so -X verifies what slowdown wrote; the
+    run-info file is written relative to the cwd, so it runs from inside the workspace.
+    """
+    from slowdown.probe.md_content import SEED
+
+    cmd = [str(ior_bin() / "md-workbench"), "-2", "-o", str(ws / "md"), f"-D={dirs}",
+           f"-P={per_dir}", f"-S={size}", f"-I={iterations}", "-R=1", f"-G={SEED}",
+           "--run-info-file=md-workbench.status", *(["-X"] if verify else []), *args]
+    done = subprocess.run(cmd, cwd=ws, capture_output=True, text=True, timeout=120)
+    out = done.stdout + done.stderr
+    counts = re.findall(r"\((\d+) errs", out)
+    if done.returncode != 0 or not counts:
+        raise AssertionError(f"md-workbench failed ({done.returncode}): {out}")
+    return sum(int(n) for n in counts), out

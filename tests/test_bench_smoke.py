@@ -38,6 +38,7 @@ def test_bench_histogram_quick_prints_its_table(tmp_path):
 
 PROBE_HEAD = "| what | ours | ioping | difference | ratio | ratio of each run | goal | met? |"
 SERVICE_HEAD = "| what | value | goal | met? |"
+MD_HEAD = "| what | ours | md-workbench | difference | ratio | goal | met? |"
 
 
 def _table(lines: list[str], head: str) -> list[str]:
@@ -78,20 +79,30 @@ def test_bench_probe_quick_compares_with_ioping(tmp_path):
     )
     assert done.returncode == 0, done.stderr
     rows = _table(done.stdout.splitlines(), PROBE_HEAD)
-    assert len(rows) == 5  # read, read fadvised, write, write refilled, write + fdatasync
+    assert len(rows) == 4  # read, read fadvised, write, write + fdatasync (sync = true)
     for r in rows:
         cells = [c.strip() for c in r.strip("|").split("|")]
         assert re.fullmatch(r"[\d,]+ us", cells[1]) and re.fullmatch(r"[\d,]+ us", cells[2]), r
         assert float(cells[4]) > 0 and float(cells[5]) == float(cells[4])  # 1 run
     goals = [r for r in rows if "within 5% or 20 us" in r]
-    assert len(goals) == 2
+    assert len(goals) == 3
     assert all(r.rstrip(" |").endswith(("yes", "**NO**")) for r in goals)
-    results = json.loads(raw.read_text())["results"]
+    raw_results = json.loads(raw.read_text())
+    results = raw_results["results"]
     assert [r["kind"] for r in results] == ["read", "read, fadvised", "write",
-                                            "write, refilled", "write+fdatasync"]
+                                            "write+fdatasync"]
     for r in results:
         assert len(r["rounds"]) == 3
         assert all(0 < row["ours"] < 1 and 0 < row["ioping"] < 1 for row in r["rounds"])
+    # the md probe against the real md-workbench, alternately on one pool
+    md_rows = _table(done.stdout.splitlines(), MD_HEAD)
+    assert [r.split(",")[0].lstrip("| ") for r in md_rows] == [
+        "md-stat", "md-read", "md-delete", "md-write"] * 2  # one per second, back to back
+    assert all("one per second" in r for r in md_rows[:4])
+    assert all("back to back" in r for r in md_rows[4:])
+    md = raw_results["md"]["rows"]
+    assert all(len(r["ours_all"]) == len(r["md_workbench_all"]) == 4 for r in md.values())
+    assert all(0 < t < 1 for r in md.values() for t in r["ours_all"] + r["md_workbench_all"])
     assert list(work.iterdir()) == []  # workspace and config cleaned up
 
 

@@ -97,6 +97,7 @@ object_size = "4KiB"
 name = "scratch"
 path = "/scratch/probe"
 data_size = "256GiB"
+sync = true
 
 [metrics]
 listen = "[::1]:9100"
@@ -149,7 +150,7 @@ def test_full_file_round_trip(tmp_path, environ):
             Target("home", home / "probe", DataSize(ram_factor=2.5), 2000, 4, 4096,
                    data_file="shared"),
             Target("scratch", Path("/scratch/probe"), DataSize(bytes=256 << 30),
-                   data_file="shared"),
+                   data_file="shared", sync=True),
         ),
         metrics=MetricsConfig(listen_host="::1", listen_port=9100),
         alerts=(
@@ -418,6 +419,9 @@ MISTAKES = {
                                           "expected an integer, got a string"),
     "boolean where an integer is needed": (in_target("pool_dirs = true"), "target[1].pool_dirs",
                                            "got a boolean"),
+    "sync not a boolean": (in_target('sync = "yes"'), "target[1].sync",
+                           "expected true or false, got a string"),
+    "sync as a number": (in_target("sync = 1"), "target[1].sync", "expected true or false"),
     "negative size": (in_target('data_size = "-1GiB"'), "target[1].data_size",
                       "expected a size like 256GiB or a multiple of RAM like 4xRAM"),
     "bad object size": (in_target('object_size = "3.5B"'), "target[1].object_size",

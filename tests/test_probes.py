@@ -18,13 +18,16 @@ from slowdown.probe.manifest import (
     ManifestError,
     format_status,
     parse_status,
+    parse_status_full,
     read_manifest,
     write_manifest,
+    write_status,
 )
 from slowdown.probe.md_probe import MdProbe, PoolLayout
 from slowdown.probe.workspace import Workspace, prepare
 from tests.faultfs.mounts import run
 from tests.faultfs.realfs import ext4_image, ramfs, tmpfs
+from tests.iorkit import md_workbench
 
 HOST = "node-a"
 MIB = 1 << 20
@@ -196,8 +199,8 @@ def test_md_position_survives_a_restart(tmp_path: Path) -> None:
     probe = MdProbe.from_workspace(ws)
     for _ in range(13):
         probe.step()
-    probe.save_position()
-    assert (ws / "md-workbench.status").read_text() == "pos: 3\nslowdown-step: 13\n"
+    probe.save_position()  # mid-round: md-workbench continues from the next round
+    assert (ws / "md-workbench.status").read_text() == "pos: 4\nslowdown-step: 13\n"
     assert not (ws / "md-workbench.status.tmp").exists()
     again = MdProbe.from_workspace(ws)
     assert again.position == 13
@@ -209,11 +212,10 @@ def test_md_position_survives_a_restart(tmp_path: Path) -> None:
 def test_md_position_recovers_after_lost_saves(tmp_path: Path) -> None:
     ws = prepared(tmp_path / "target")
     probe = MdProbe.from_workspace(ws)
-    for _ in range(10):
+    for _ in range(27):
         probe.step()
-    probe.save_position()
-    for _ in range(17):  # then a crash: these steps were never saved
-        probe.step()
+    # The status of an older slowdown, saved once a minute: 17 steps behind after a crash.
+    write_status(ws / "md-workbench.status", 10, 4)
     assert MdProbe.from_workspace(ws, recover=False).position == 10
     assert MdProbe.from_workspace(ws, max_scan=2).position == 27  # by listing the pool
     recovered = MdProbe.from_workspace(ws)  # by lstat of the next objects
@@ -221,6 +223,39 @@ def test_md_position_recovers_after_lost_saves(tmp_path: Path) -> None:
     for _ in range(80):
         assert recovered.step().errors == {}
     assert sum(len(s) for s in pool_contents(ws)) == 40
+
+
+def test_md_status_left_empty_by_a_power_cut_counts_as_none(tmp_path: Path) -> None:
+    ws = prepared(tmp_path / "target")
+    probe = MdProbe.from_workspace(ws)
+    for _ in range(9):
+        probe.step()
+    (ws / "md-workbench.status").write_bytes(b"")
+    again = MdProbe.from_workspace(ws)  # from the MANIFEST's position, to the first object
+    assert again.position == 9
+    assert all(again.step().errors == {} for _ in range(40))
+
+
+def test_md_status_names_a_round_md_workbench_can_continue_from(tmp_path: Path) -> None:
+    """Written at a start and at the end of each round (once per round), never between."""
+    ws = prepared(tmp_path / "target")
+    status = ws / "md-workbench.status"
+    probe = MdProbe.from_workspace(ws)
+    seen = []
+    for k in range(12):
+        before = status.stat().st_mtime_ns, status.stat().st_ino
+        probe.step()
+        text = status.read_text()
+        seen.append(text)
+        layout = probe.layout
+        pos = int(text.split()[1])
+        for d in range(4):  # every data set holds md-workbench's next object
+            assert os.path.exists(layout.object_path(d, pos))
+        if k and k % 4 != 3:  # written at the start, then at the end of each round
+            assert (status.stat().st_mtime_ns, status.stat().st_ino) == before
+    assert seen[0] == "pos: 1\nslowdown-step: 0\n"
+    assert seen[4] == "pos: 2\nslowdown-step: 4\n"
+    assert len(set(seen)) == 4  # after steps 0, 3, 7 and 11
 
 
 @pytest.mark.timeout(30)
@@ -248,13 +283,11 @@ def test_md_probe_heals_a_missing_object(tmp_path: Path) -> None:
     os.unlink(probe.layout.object_path(d, i))
     heard: list[tuple[str, float | None, int]] = []
     result = probe.step(on_op=lambda op, t, e: heard.append((op, t, e)))
-    assert result.errors == {"md-stat": errno.ENOENT, "md-read": errno.ENOENT,
-                             "md-delete": errno.ENOENT}
+    assert result.errors == {"md-stat": errno.ENOENT}  # one failed op, as md-workbench counts
     assert result.skipped == ("md-read", "md-delete")
     assert set(result.latencies) == {"md-stat", "md-write"}
     assert [(op, e) for op, _, e in heard] == [
-        ("md-stat", errno.ENOENT), ("md-read", errno.ENOENT), ("md-delete", errno.ENOENT),
-        ("md-write", 0)]
+        ("md-stat", errno.ENOENT), ("md-read", 0), ("md-delete", 0), ("md-write", 0)]
     assert heard[1][1] is None and heard[2][1] is None
     assert os.path.getsize(probe.layout.object_path(d, i + 10)) == 3901
     assert sum(len(s) for s in pool_contents(ws)) == 40
@@ -303,29 +336,7 @@ def test_md_probe_refuses_an_unfinished_or_missing_workspace(tmp_path: Path) -> 
 # --- interplay with md-workbench -----------------------------------------------------------
 
 
-def md_workbench_benchmark(ws: Path, dirs: int, per_dir: int, size: int, iterations: int,
-                           status: Path) -> int:
-    """What `md-workbench -2 -o <ws>/md -D=dirs -P=per_dir -S=size -I=iterations
-    --run-info-file=<status>` does with one rank (IOR src/md-workbench.c: return_position,
-    run_benchmark, store_position); returns its stat errors."""
-    pos = int(re.match(r"\s*pos:\s*(\d+)", status.read_text()).group(1))  # fscanf "pos: %d"
-    errors = 0
-    for f in range(iterations):
-        for d in range(dirs):
-            old = ws / "md" / f"0_{d}" / f"file-{pos + f}"
-            try:
-                os.stat(old)
-            except FileNotFoundError:
-                errors += 1  # md-workbench counts the error and goes to the next data set
-                continue
-            assert old.read_bytes().__len__() == size
-            old.unlink()
-            (ws / "md" / f"0_{d}" / f"file-{per_dir + pos + f}").write_bytes(b"w" * size)
-    status.write_text(f"pos: {pos + iterations}\n")
-    return errors
-
-
-@pytest.mark.timeout(30)
+@pytest.mark.timeout(60)
 def test_md_workbench_and_the_probe_take_turns_on_one_pool(tmp_path: Path) -> None:
     ws = prepared(tmp_path / "target")
     status = ws / "md-workbench.status"
@@ -333,20 +344,25 @@ def test_md_workbench_and_the_probe_take_turns_on_one_pool(tmp_path: Path) -> No
     for _ in range(8):  # two whole rounds
         probe.step()
     probe.save_position()
-    assert md_workbench_benchmark(ws, 4, 10, 3901, 3, status) == 0
+    assert md_workbench(ws, 4, 10, 3901, 3)[0] == 0  # -X: slowdown's objects verify
     probe = MdProbe.from_workspace(ws)
     assert probe.position == (2 + 3) * 4
-    for _ in range(10):  # stop mid-round: pos says round 7, step 30
+    for _ in range(10):  # stop mid-round (a crash): step 30, the status says round 8
         assert probe.step().errors == {}
-    probe.save_position()
-    assert status.read_text().startswith("pos: 7\n")
-    # md-workbench repeats round 7 where the probe already went: two objects are gone.
-    assert md_workbench_benchmark(ws, 4, 10, 3901, 2, status) == 2
+    assert status.read_text().startswith("pos: 8\n")
+    errors, out = md_workbench(ws, 4, 10, 3901, 2)
+    assert errors == 0, out
+    # md-workbench left file-7 behind in the two data sets the round had not reached, and
+    # never created their file-17: the next start removes the one and fills the other.
+    assert [7 in s for s in pool_contents(ws)] == [False, False, True, True]
     probe = MdProbe.from_workspace(ws)
-    assert probe.position == 9 * 4
+    assert probe.position == 10 * 4
+    assert pool_contents(ws) == [set(range(10, 20))] * 4
     for _ in range(60):
         assert probe.step().errors == {}
     assert sum(len(s) for s in pool_contents(ws)) == 40
+    probe.finish_round()  # a clean stop: the exact round, nothing left over
+    assert md_workbench(ws, 4, 10, 3901, 12)[0] == 0
 
 
 # --- formats -----------------------------------------------------------------------------
@@ -358,6 +374,10 @@ def test_status_file_format_matches_md_workbench() -> None:
     assert parse_status(b"pos: 5\n", 4) == 20  # written by md-workbench
     assert parse_status(b"pos:5", 4) == 20  # fscanf("pos: %d") accepts it too
     assert parse_status(b"pos: 5\nslowdown-step: 13\n", 4) == 20  # md-workbench moved on
+    assert parse_status(b"pos: 4\nslowdown-step: 13\n", 4) == 13  # ours, written mid-round
+    assert parse_status_full(b"pos: 4\nslowdown-step: 13\n", 4).ours
+    assert not parse_status_full(b"pos: 4\n", 4).ours
+    assert format_status(13, 4, pos=4) == b"pos: 4\nslowdown-step: 13\n"
     for bad in (b"", b"position: 3\n", b"pos: -1\n", b"pos: x\n"):
         with pytest.raises(ManifestError):
             parse_status(bad, 4)

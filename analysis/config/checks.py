@@ -71,7 +71,7 @@ _TOP_KEYS = (
 _BASELINE_KEYS = ("period", "expected", "provisional_after", "zone")
 _KEEP_KEYS = ("node", "alert_log", "sent_alerts", "hours")
 _TARGET_KEYS = ("name", "path", "data_file", "data_size", "write_size", "pool_files",
-                "pool_dirs", "object_size")
+                "pool_dirs", "object_size", "sync")
 _METRICS_KEYS = ("listen",)
 
 
@@ -225,10 +225,12 @@ class _Checker(_AlertChecks):
             object_size = self.get(table, "object_size", path, _as_size, 3901)
             if object_size is not _MISSING and object_size < 1:
                 self.error((*path, "object_size"), "must be at least 1 byte")
+            sync = self.get(table, "sync", path, _as_bool, False)
             if len(self.errors) == before:
                 targets.append(
                     Target(name, directory, data_size, pool_files, pool_dirs, object_size,
-                           data_file=data_file, write_size=write_size // MIB * MIB)
+                           data_file=data_file, write_size=write_size // MIB * MIB,
+                           sync=sync)
                 )
         return targets
 

@@ -112,6 +112,9 @@ class Target:
     # default's single-node target, to "own".
     data_file: str = "own"
     write_size: int = 256 * MIB
+    # fdatasync inside each timed data-write, as `ioping -W` times it: the write then
+    # measures reaching stable storage, not only the server's (or the device's) cache.
+    sync: bool = False
 
     def workspace(self, host: str) -> Path:
         """``<path>/.slowdown/<host>/``: where prepare creates data.bin (or write.bin), md/ and
