@@ -1,7 +1,8 @@
 """The paper's validation, short form, on a real GlusterFS volume: two probing nodes (namespaces
 with their own host names and mounts), a quiet period that makes the baseline, one mdtest-hard
-burst from a third node that does not probe. The md ops' 1m median slowdown must rise to >= 2
-on both nodes during the burst and stay < 1.5 before it; the testbed leaves nothing behind.
+burst from a third node that does not probe. The md ops' 1m median slowdown, as
+``slowdown --op 'md-*'`` shows it (its worst op), must rise to >= 2 on both nodes during the
+burst and stay < 1.5 in the quiet minute before it; the testbed leaves nothing behind.
 The long form with every IO500 phase is tests/long/test_io500_long.py (docs/VALIDATION.md)."""
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from tests.testbed.results import per_minute, rebaseline
 
 pytestmark = [pytest.mark.root, pytest.mark.slow, pytest.mark.timeout(420)]
 
-MIN_BASELINE = 35  # seconds of quiet samples before the quiet minute that is checked
+MIN_BASELINE = 45  # seconds of quiet samples before the quiet minute that is checked
 
 
 def sleep_until(t: float) -> None:
@@ -49,10 +50,9 @@ def test_mdtest_hard_burst_seen_by_both_nodes(root_only) -> None:
                 for node in bed.nodes}
         outputs = {node.name: node.output() for node in bed.nodes}
     assert bed.leftovers() == []
-    for name, minutes in seen.items():
-        before = {op: minutes.get((op, quiet)) for op in MD_OPS}
+    for name, minutes in seen.items():  # the md ops as `slowdown --op 'md-*'` shows them:
+        before = {op: minutes.get((op, quiet)) for op in MD_OPS}  # the worst op's slowdown
         during = {op: minutes.get((op, burst)) for op in MD_OPS}
-        assert all(v is not None and v < 1.5 for v in before.values()), \
-            (name, before, during, outputs[name][-2000:])
-        assert all(v is not None and v >= 2 for v in during.values()), \
-            (name, before, during, outputs[name][-2000:])
+        assert None not in before.values() and None not in during.values(), (name, minutes)
+        assert max(before.values()) < 1.5, (name, before, during, outputs[name][-2000:])
+        assert max(during.values()) >= 2, (name, before, during, outputs[name][-2000:])
