@@ -54,10 +54,10 @@ class Recorder:
         # metrics endpoint): methods of the same names; they must be quick and never block.
         self.observers: list = []
 
-    def _notify(self, event: str, *args: object) -> None:
+    def _notify(self, event: str, *args: object, **keywords: object) -> None:
         for observer in self.observers:
             try:
-                getattr(observer, event)(*args)
+                getattr(observer, event)(*args, **keywords)
             except Exception:  # an observer's bug must never cost a measurement
                 log.exception("recorder observer %r failed on %s", observer, event)
 
@@ -88,7 +88,10 @@ class Recorder:
                     rec.errors += 1
                 if latency is not None:
                     rec.histogram.record(latency)
-        self._notify("result", target, op, None if failed else latency, wall)
+        if failed and latency is not None:
+            self._notify("result", target, op, latency, wall, failed=True)
+        else:
+            self._notify("result", target, op, latency, wall)
 
     def skipped(self, target: str, ops: Iterable[str], wall: float) -> None:
         """A tick that found the previous run still going."""
