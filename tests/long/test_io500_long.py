@@ -54,7 +54,7 @@ def test_io500_phases_as_seen_by_the_nodes(tmp_path: Path, root_only) -> None:
     out = Path(os.environ.get("SLOWDOWN_IO500_OUT", tmp_path))
     out.mkdir(parents=True, exist_ok=True)
     ior_bin()
-    with Testbed(nodes=nodes, brick_mib=6144) as bed:
+    with Testbed(nodes=nodes, brick_mib=10240) as bed:
         b0 = (int(time.time() + 20) // 60 + 1) * 60  # after prepare and the first ticks
         b1 = b0 + baseline_min * 60
         q1 = b1 + quiet_min * 60

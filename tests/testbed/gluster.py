@@ -111,6 +111,37 @@ class Ledger:
     files: list[Path] = field(default_factory=list)  # made by glusterd for our volume
 
 
+def recovered(base: Path) -> Ledger:
+    """The ledger of a testbed whose process was killed (``python -m tests.testbed.gluster
+    BASE`` cleans up after it): everything named after its prefix, the directory's name."""
+    prefix = base.name
+    ledger = Ledger(prefix, base, volume=prefix)
+    ledger.images = sorted(base.glob("brick*.img"))
+    ledger.brick_mounts = [i.with_suffix("") for i in ledger.images]
+    ledger.files = [Path("/var/log/glusterfs/bricks") / (str(m / "brick").strip("/")
+                                                         .replace("/", "-") + ".log")
+                    for m in ledger.brick_mounts]
+    ledger.files += volume_files(prefix) + sockets(prefix)
+    return ledger
+
+
+def volume_files(volume: str) -> list[Path]:
+    """What glusterd makes outside its working directory for a volume, named after it."""
+    return [Path("/var/run/gluster/vols") / volume, Path("/var/run/gluster/shd") / volume,
+            Path("/var/log/glusterfs/gfproxy") / volume, Path("/var/log/glusterfs/snaps") / volume]
+
+
+def sockets(volume: str) -> list[Path]:
+    """The sockets of the volume's bricks and self-heal daemon (named by glusterd at random),
+    read from their command lines while they run."""
+    found = []
+    for pid in pids_mentioning(volume):
+        cmd = processes().get(pid, ("", "", ""))[2].split()
+        if "-S" in cmd:
+            found.append(Path(cmd[cmd.index("-S") + 1]))
+    return found
+
+
 class MachineLock:
     """One testbed per machine at a time (glusterd's port and /var/run/gluster are shared)."""
 
@@ -172,15 +203,12 @@ class Server:
         for b in bricks:  # the brick logs glusterd names after the brick path
             self.ledger.files.append(
                 Path("/var/log/glusterfs/bricks") / (str(b).strip("/").replace("/", "-") + ".log"))
-        self.ledger.files += [Path("/var/run/gluster/vols") / name,
-                              Path("/var/run/gluster/shd") / name]
+        self.ledger.files += volume_files(name)
         if ping_timeout is not None:
             gluster("volume", "set", name, "network.ping-timeout", str(ping_timeout))
         gluster("volume", "start", name)
-        for pid in self.brick_pids().values():  # their sockets, named by glusterd at random
-            cmd = processes().get(pid, ("", "", ""))[2].split()
-            if "-S" in cmd:
-                self.ledger.files.append(Path(cmd[cmd.index("-S") + 1]))
+        self.brick_pids()  # up
+        self.ledger.files += sockets(name)
 
     def _start_glusterd(self) -> None:
         workdir = self.ledger.base / "glusterd"
@@ -300,3 +328,15 @@ def leftovers(ledger: Ledger) -> list[str]:
     if ledger.base.exists():
         found.append(f"directory {ledger.base}")
     return found
+
+
+if __name__ == "__main__":
+    import shutil
+    import sys
+
+    for arg in sys.argv[1:]:
+        gone = recovered(Path(arg).resolve())
+        left = Server(gone).clean()
+        if not left and gone.prefix not in Path("/proc/self/mountinfo").read_text():
+            shutil.rmtree(gone.base)
+        print(arg, left or "cleaned", leftovers(gone))

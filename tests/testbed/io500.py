@@ -34,14 +34,17 @@ def mpi(np: int, tool: str, *args: str) -> list[str]:
             str(ior_bin() / tool), *args]
 
 
-def phases(seconds: int, np: int = 2, easy_block: str = "768m") -> list[Phase]:
-    """The IO500's phases in its order: writes stonewalled at ``seconds``."""
+def phases(seconds: int, np: int = 2, easy_block: str = "2g", hard_segments: int = 16000
+           ) -> list[Phase]:
+    """The IO500's phases in its order: writes stonewalled at ``seconds``, and capped (per
+    process: ior-easy's file at ``easy_block``, ior-hard at ``hard_segments`` transfers) so
+    that the bricks cannot fill up: a fast machine stops at the cap before the stonewall."""
     s = str(seconds)
     ior_easy = ["-C", "-Q", "1", "-g", "-G", "271", "-k", "-e", "-o", f"{EASY}/ior_file_easy",
                 "-O", f"stoneWallingStatusFile={EASY}.stonewall", "-t", "2m", "-b", easy_block,
                 "-F", "-a", "POSIX"]
     ior_hard = ["-C", "-Q", "1", "-g", "-G", "27", "-k", "-e", "-t", "47008", "-b", "47008",
-                "-s", "10000000", "-o", f"{HARD}/IOR_file", "-O",
+                "-s", str(hard_segments), "-o", f"{HARD}/IOR_file", "-O",
                 f"stoneWallingStatusFile={HARD}.stonewall", "-a", "POSIX"]
     md_easy = ["-n", "1000000", "-u", "-L", "-F", "-P", "-N", "1", "-d", MD_EASY,
                "-x", f"{MD_EASY}.stonewall"]

@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -99,6 +100,10 @@ class ProbeNode(NamespaceNode):
         return self.mount / "slowdown" / ".slowdown" / self.name
 
 
+def _terminated(_signum: int, _frame: object) -> None:
+    raise SystemExit("terminated (SIGTERM): the testbed cleans up")
+
+
 class Testbed:
     """``with Testbed(nodes=2) as bed:``: a volume, ``bed.nodes`` probing, ``bed.load(...)``."""
 
@@ -120,6 +125,8 @@ class Testbed:
         self.others: list[NamespaceNode] = []
 
     def __enter__(self) -> Testbed:
+        if threading.current_thread() is threading.main_thread():  # SIGTERM cleans up too
+            self._sigterm = signal.signal(signal.SIGTERM, _terminated)
         try:
             self.lock.__enter__()
         except BaseException:
@@ -161,6 +168,8 @@ class Testbed:
             self._remove_base()
         finally:
             self.lock.__exit__()
+            if getattr(self, "_sigterm", None) is not None:
+                signal.signal(signal.SIGTERM, self._sigterm)
 
     def _remove_base(self) -> None:
         """Our directory, unless something is still mounted in it (never remove through a
