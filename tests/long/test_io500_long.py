@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
+import sqlite3
 import subprocess
 import time
 from pathlib import Path
@@ -74,8 +74,10 @@ def test_io500_phases_as_seen_by_the_nodes(tmp_path: Path, root_only) -> None:
         slowdown("report", *dbs, "--since", at(b0), "--until", at(end + 60), "-o",
                  str(out / "report.html"), "--png", str(out / "png"),
                  "--title", f"GlusterFS, {nodes} nodes, IO500 phases")
-        for node in bed.nodes:
-            shutil.copy(node.database, out / f"{node.name}.db")
+        for node in bed.nodes:  # a consistent copy of the live database (WAL and all)
+            with sqlite3.connect(f"file:{node.database}?mode=ro", uri=True) as src, \
+                    sqlite3.connect(out / f"{node.name}.db") as dst:
+                src.backup(dst)
         loads = {n.name: n.output()[-4000:] for n in bed.others}
     screenshot(out / "report.html", out / "report.png")
     alarms, looked = false_alarms(seen, b1, q1)
