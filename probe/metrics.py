@@ -191,10 +191,13 @@ class ServiceMetrics:
 
     # -- recorder observer (reader threads of the workers) -----------------------------------
 
-    def result(self, target: str, op: str, latency: float | None, wall: float) -> None:
-        if latency is None:
+    def result(self, target: str, op: str, latency: float | None, wall: float,
+               failed: bool = False) -> None:
+        """An op's latency, or its error; a hang that ended in an error (``failed``) both,
+        as the minute records have it."""
+        if latency is None or failed:
             self._errors.labels(self.host, target, op).inc()
-        else:
+        if latency is not None:
             self._latency.labels(self.host, target, op).observe(latency)
 
     def skipped(self, target: str, ops: Iterable[str], wall: float) -> None:

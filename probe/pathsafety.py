@@ -8,11 +8,14 @@ passes `check_host` only when it is one path component that does not start with 
 `check_workspace` is what the service's worker checks before it probes: it touches the target,
 so it runs in the worker, and it imports nothing heavy. `require_dir` and `require_ours` refuse
 a symlink, a non-directory and a directory of another user. Refusals are UnsafePathError (or
-WorkspaceError for what is merely missing or not a directory), with a one-line message.
+WorkspaceError for what is merely missing or not a directory), with a one-line message; a
+filesystem that fails a call on the way (ENOTCONN, EIO) is TargetUnavailableError, which keeps
+the errno: that is no refusal of the path.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import pwd
 import stat
@@ -20,7 +23,11 @@ from contextlib import suppress
 from pathlib import Path
 
 from slowdown.analysis.config.defaults import PSEUDO_FS, SYSTEM_DIRS
-from slowdown.probe.workspace_errors import UnsafePathError, WorkspaceError
+from slowdown.probe.workspace_errors import (
+    TargetUnavailableError,
+    UnsafePathError,
+    WorkspaceError,
+)
 
 
 def check_host(host: str) -> None:
@@ -78,6 +85,9 @@ def _refuse_symlinks(path: Path) -> None:
                                      "creates only the target directory itself)") from None
             return
         except OSError as exc:
+            if exc.errno not in (errno.EACCES, errno.EPERM):  # the filesystem failed the call
+                raise TargetUnavailableError(f"target path {path}: {current}: {exc.strerror}",
+                                             exc.errno) from exc
             raise UnsafePathError(f"target path {path}: {current}: {exc.strerror}") from exc
         if stat.S_ISLNK(st.st_mode):
             raise UnsafePathError(f"target path {path}: {current} is a symlink; give the real "

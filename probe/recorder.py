@@ -54,10 +54,10 @@ class Recorder:
         # metrics endpoint): methods of the same names; they must be quick and never block.
         self.observers: list = []
 
-    def _notify(self, event: str, *args: object) -> None:
+    def _notify(self, event: str, *args: object, **keywords: object) -> None:
         for observer in self.observers:
             try:
-                getattr(observer, event)(*args)
+                getattr(observer, event)(*args, **keywords)
             except Exception:  # an observer's bug must never cost a measurement
                 log.exception("recorder observer %r failed on %s", observer, event)
 
@@ -73,17 +73,25 @@ class Recorder:
             rec = self._open[key] = Record(self.host, target, op, key[2], Histogram(self.scale))
         return rec
 
-    def result(self, target: str, op: str, latency: float | None, wall: float) -> None:
-        """One finished op, in the minute it completed; ``latency=None`` counts an error."""
+    def result(self, target: str, op: str, latency: float | None, wall: float,
+               failed: bool = False) -> None:
+        """One finished op, in the minute it completed; ``latency=None`` counts an error.
+
+        ``failed`` with a latency: an op that hung and then failed (ENOTCONN after a server's
+        ping-timeout). It counts as an error and its latency goes into the histogram like any
+        other: the user waited that long, and the statistics must say so (SPEC: a returning
+        op's full latency is recorded, with a result or an error)."""
         with self._lock:
             rec = self._record(target, op, wall)
-            if rec is None:
-                pass
-            elif latency is None:
-                rec.errors += 1
-            else:
-                rec.histogram.record(latency)
-        self._notify("result", target, op, latency, wall)
+            if rec is not None:
+                if latency is None or failed:
+                    rec.errors += 1
+                if latency is not None:
+                    rec.histogram.record(latency)
+        if failed and latency is not None:
+            self._notify("result", target, op, latency, wall, failed=True)
+        else:
+            self._notify("result", target, op, latency, wall)
 
     def skipped(self, target: str, ops: Iterable[str], wall: float) -> None:
         """A tick that found the previous run still going."""

@@ -292,11 +292,12 @@ class TargetRunner:
                 if message.get("skip"):
                     pass
                 elif "err" in message:
-                    self.recorder.result(self.name, op, None, wall)
+                    hung = self._hung(message)
+                    self.recorder.result(self.name, op, hung, wall, failed=True)
                     self.status.errors += 1
                     self.status.last[op] = {"err": message["err"], "msg": message.get("msg"),
                                             "at": wall}
-                    self._log_error(op, message)
+                    self._log_error(op, message, hung)
                 else:
                     latency = float(message["lat"])
                     self.recorder.result(self.name, op, latency, wall)
@@ -352,8 +353,18 @@ class TargetRunner:
             log.log(level, "target %s: data probe in %s mode%s", self.name, mode,
                     "" if mode == "direct" else " (O_DIRECT refused: fadvise and fdatasync)")
 
-    def _log_error(self, op: str, message: dict) -> None:
-        log.warning("target %s: %s failed: %s %s", self.name, op, message["err"],
+    def _hung(self, message: dict) -> float | None:
+        """How long a failed op was in flight, when longer than the interval: a hang that
+        ended in an error, whose latency is recorded (a quick failure says nothing of how
+        slow the filesystem is, and counts as an error only)."""
+        lat = message.get("lat")
+        if isinstance(lat, (int, float)) and lat > self.interval:
+            return float(lat)
+        return None
+
+    def _log_error(self, op: str, message: dict, hung: float | None = None) -> None:
+        after = f" after {hung:.1f} s" if hung is not None else ""
+        log.warning("target %s: %s failed%s: %s %s", self.name, op, after, message["err"],
                     message.get("msg") or "")
 
     def _reap(self) -> None:

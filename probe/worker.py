@@ -11,10 +11,12 @@ round in progress, as a clean stop does) to stdin; the worker answers on
 stdout, one line per finished op, in the fixed order of ``OPS``, and one at the end::
 
     {"tick": N, "op": "data-read", "lat": 0.00123, "at": 1763762400.5}
-    {"tick": N, "op": "md-read", "err": "EIO", "msg": "...", "at": 1763762400.6}
+    {"tick": N, "op": "md-read", "err": "EIO", "msg": "...", "lat": 51.2, "at": 1763762400.6}
     {"tick": N, "end": true, "mode": "direct"}
 
 ``at`` is the wall time the op returned: the service files a result under that minute. A
+failed op carries ``lat`` too when it was attempted (how long the call took to fail): an op
+that hung and then failed (ENOTCONN after a server's ping-timeout) was that slow. A
 run's lines are held and written together when it ends: one wake-up of the service's reader
 thread per tick, not seven. A run that lasts longer than ``HOLD_ANSWERS`` seconds writes what
 it holds and then each line as its op returns, so that after a hang the service learns of
@@ -67,7 +69,11 @@ def _on_abandon(_signum: int, _frame: object) -> None:
 
 
 def _error(exc: BaseException) -> dict[str, str]:
+    """The error by its errno when it has one (also one wrapped by a refusal: ENOTCONN is a
+    filesystem that does not answer, whatever check met it), else by its class."""
     code = getattr(exc, "errno", None)
+    if not isinstance(code, int):
+        code = getattr(exc.__cause__, "errno", None)
     name = errno.errorcode.get(code, "ERROR") if isinstance(code, int) else type(exc).__name__
     return {"err": name, "msg": str(exc)}
 
@@ -108,12 +114,14 @@ class Probes:
                 emit({"tick": tick, "op": op, "skip": True})
             emit({"tick": tick, "end": True, "mode": None})
             return
+        t0 = time.perf_counter()
         try:
             self._open()
         except Exception as exc:  # workspace missing, EIO on open, ...: every op failed
             failure = _error(exc)
-            for op in OPS:
-                emit({"tick": tick, "op": op, **failure})
+            waited = {"lat": time.perf_counter() - t0}  # the first op's: it showed in flight
+            for n, op in enumerate(OPS):
+                emit({"tick": tick, "op": op, **failure, **(waited if n == 0 else {})})
             emit({"tick": tick, "end": True, "mode": None})
             return
         reported: set[str] = set()
@@ -133,8 +141,8 @@ class Probes:
                 try:
                     call()
                     message = {"tick": tick, "op": op, "lat": clock() - t0}
-                except OSError as exc:
-                    message = {"tick": tick, "op": op, **_error(exc)}
+                except OSError as exc:  # how long it took to fail: a hang that ended so
+                    message = {"tick": tick, "op": op, **_error(exc), "lat": clock() - t0}
                 report(message)
 
             missing: list[bool] = []  # per failed md op: was it a file not found?
@@ -145,10 +153,10 @@ class Probes:
                     message.update(err=errno.errorcode.get(code, str(code)),
                                    msg=os.strerror(code))
                     missing.append(code in (errno.ENOENT, errno.ESTALE))
-                elif latency is None:  # not attempted: the object was missing
-                    message["skip"] = True
-                else:
+                if latency is not None:  # also with an error: how long it took to fail
                     message["lat"] = latency
+                elif not code:  # not attempted: the object was missing
+                    message["skip"] = True
                 report(message)
 
             try:

@@ -16,6 +16,15 @@ class UnsafePathError(WorkspaceError):
     """The target path or workspace is not a place slowdown may write to."""
 
 
+class TargetUnavailableError(WorkspaceError):
+    """The target's filesystem failed a call while the path was checked (ENOTCONN, EIO, ...):
+    not a refusal of the path, a filesystem that does not answer; ``errno`` says how."""
+
+    def __init__(self, message: str, code: int | None) -> None:
+        super().__init__(message)
+        self.errno = code
+
+
 class NoSpaceError(WorkspaceError):
     """Not enough free space or inodes for what remains to be written."""
 
