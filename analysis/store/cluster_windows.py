@@ -40,8 +40,6 @@ def nested_windows(stores: Sequence[Store], names: Selection, end: int,
         return {}
     if end % MINUTE or any(s % MINUTE for s in spans):
         return None
-    if _hours_within(stores, end - spans[-1], end):
-        return None
     part = "CASE " + " ".join(f"WHEN r.start >= {int(end - s)} THEN {k}"
                               for k, s in enumerate(spans)) + " END"
     where, params = dataclasses.replace(names, start=int(end - spans[-1]), end=int(end)).where()
@@ -60,6 +58,8 @@ def nested_windows(stores: Sequence[Store], names: Selection, end: int,
         for table in TABLES.values())
     params = params * len(TABLES)
     for store in stores:
+        if _hours_within(store, end - spans[-1], end):  # in the same visit of the file
+            return None
         try:
             for target, op, k, *numbers in store.conn.execute(
                     "SELECT target, op, k, count(*), sum(errors), sum(skipped), sum(sum), "
@@ -107,16 +107,13 @@ def nested_windows(stores: Sequence[Store], names: Selection, end: int,
     return result
 
 
-def _hours_within(stores: Sequence[Store], start: int, end: int) -> bool:
-    """Whether any file holds an hour record overlapping ``[start, end)``."""
-    for store in stores:
-        try:
-            if store.conn.execute(f"SELECT 1 FROM {TABLES[HOUR]} WHERE start > ? AND start < ? "
-                                  "LIMIT 1", (start - HOUR, end)).fetchone():
-                return True
-        except sqlite3.DatabaseError as exc:
-            raise StoreError(f"{store.path}: {exc}") from None
-    return False
+def _hours_within(store: Store, start: int, end: int) -> bool:
+    """Whether the file holds an hour record overlapping ``[start, end)``."""
+    try:
+        return store.conn.execute(f"SELECT 1 FROM {TABLES[HOUR]} WHERE start > ? AND start < ? "
+                                  "LIMIT 1", (start - HOUR, end)).fetchone() is not None
+    except sqlite3.DatabaseError as exc:
+        raise StoreError(f"{store.path}: {exc}") from None
 
 
 def _add(into: list, numbers: Sequence) -> None:
