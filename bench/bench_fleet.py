@@ -25,6 +25,12 @@ with a baseline) read by ``slowdown`` and ``check`` under ``ulimit -n 256``. Eac
 the median of ``--runs`` rounds, the commands interleaved in an order rotated each round;
 peak RSS the largest GNU time saw in those runs. History and report at 128 hosts run for
 minutes each: by default once (``--wide-runs``), slowdown and check three times (``--runs``).
+
+**Before and after.** ``--before DIR`` times an older source tree too (``git archive
+<commit> | tar -x -C DIR``), each of its commands beside the same command of this tree in
+every round, with this interpreter and ``PYTHONPATH`` naming a package directory made under
+``--dir`` whose ``slowdown.analysis`` and ``slowdown.probe`` are that tree's. ``--kinds``
+keeps some of the commands (for instance ``slowdown,check,history,report``).
 """
 
 from __future__ import annotations
@@ -212,29 +218,47 @@ def low_nofile() -> None:
     resource.setrlimit(resource.RLIMIT_NOFILE, (SMALL_NOFILE, SMALL_NOFILE))
 
 
+def before_package(directory: Path, tree: Path) -> Path:
+    """A directory for ``PYTHONPATH`` whose ``slowdown`` package is the source ``tree``'s."""
+    if not (tree / "analysis" / "cli" / "main.py").is_file():
+        raise SystemExit(f"{tree}: not a slowdown source tree (no analysis/cli/main.py)")
+    where = directory / "before-package"
+    package = where / "slowdown"
+    package.mkdir(parents=True, exist_ok=True)
+    (package / "__init__.py").write_text("")
+    for name in ("analysis", "probe"):
+        link = package / name
+        if link.is_symlink():
+            link.unlink()  # ours: made here
+        link.symlink_to(tree.resolve() / name)
+    return where
+
+
 def command_rows(directory: Path, sizes: list[int], wide: list[int], small: Path | None,
-                 end: int, env: dict[str, str]) -> list[tuple[str, int, Command]]:
-    """(kind, hosts, command) of every command timed."""
+                 end: int, env: dict[str, str], tag: str = "") -> list[tuple[str, int, Command]]:
+    """(kind, hosts, command) of every command timed; ``tag``: a prefix of the keys."""
     python = [sys.executable, "-m", "slowdown.analysis.cli"]
-    out = directory / "report.html"
+    out = directory / f"report{tag}.html"
     rows = []
     for n in sizes:
         at = ["--db", str(directory / f"n{n}" / "*.db"), "--at", f"@{end}"]
-        rows.append(("slowdown", n, Command(f"slowdown-{n}", "slowdown", [*python, *at], env)))
-        rows.append(("check", n, Command(f"check-{n}", "check", [*python, "check", *at], env)))
+        rows.append(("slowdown", n, Command(f"{tag}slowdown-{n}", "slowdown", [*python, *at],
+                                            env)))
+        rows.append(("check", n, Command(f"{tag}check-{n}", "check", [*python, "check", *at],
+                                         env)))
     for n in wide:
         at = ["--db", str(directory / f"n{n}" / "*.db"), "--at", f"@{end}"]
-        rows.append(("history", n, Command(f"history-{n}", "history", [
+        rows.append(("history", n, Command(f"{tag}history-{n}", "history", [
             *python, "history", *at, "--since", "7d", "--every", "10m"], env)))
-        rows.append(("report", n, Command(f"report-{n}", "report", [
+        rows.append(("report", n, Command(f"{tag}report-{n}", "report", [
             *python, "report", *at, "--since", "7d", "-o", str(out)], env)))
     if small is not None:
         count = len(list(small.glob("*.db")))
         at = ["--db", str(small / "*.db"), "--at", f"@{end}"]
         rows.append(("slowdown-small", count, Command(
-            f"small-slowdown-{count}", "slowdown", [*python, *at], env)))
+            f"{tag}small-slowdown-{count}", "slowdown", [*python, *at], env)))
         rows.append(("check-small", count, Command(
-            f"small-check-{count}", "check", [*python, "check", *at], env)))
+            f"{tag}small-check-{count}", "check", [*python, "check", *at], env)))
     return rows
 
 
@@ -328,6 +352,17 @@ def tables(rows, times, memory) -> str:
     return "\n".join(lines)
 
 
+def comparison(after_rows, before_rows, times, memory) -> str:
+    """Each command of both trees: medians, peak RSS and the ratio after / before."""
+    lines = ["| command | hosts | before | after | after / before |", "|---|---:|---:|---:|---:|"]
+    for (kind, n, now), (_, _, then) in zip(after_rows, before_rows):
+        extra = {"history": " --since 7d --every 10m", "report": " --since 7d"}.get(kind, "")
+        ratio = statistics.median(times[now.key]) / statistics.median(times[then.key])
+        lines.append(f"| `{now.label}{extra}` | {n} | {cell(times[then.key], memory[then.key])} "
+                     f"| {cell(times[now.key], memory[now.key])} | {ratio:.2f} |")
+    return "\n".join(lines)
+
+
 def sizes_of(paths: list[Path]) -> str:
     total = sum(p.stat().st_size for p in paths)
     return (f"{len(paths)} files, {total / 2**30:.2f} GiB "
@@ -348,6 +383,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--minute-days", type=int, default=2,
                         help="days of minute records kept (older ones are hours)")
     parser.add_argument("--build-only", action="store_true")
+    parser.add_argument("--before", type=Path, default=None, metavar="DIR",
+                        help="an older source tree timed beside this one (see the docstring)")
+    parser.add_argument("--kinds", default="",
+                        help="commands to time, of slowdown,check,history,report,"
+                             "slowdown-small,check-small (default: all)")
     args = parser.parse_args(argv)
     days = 2 if args.quick else 30
     sizes = [1, 2, 4] if args.quick else [int(n) for n in args.hosts.split(",")]
@@ -374,6 +414,16 @@ def main(argv: list[str] | None = None) -> int:
     env.update(PYTHONPYCACHEPREFIX=str(directory / "pycache"),
                SLOWDOWN_CONFIG=str(bench_read.write_config(directory, directory / "none.db")))
     rows = command_rows(directory, sizes, wide, small, end, env)
+    kinds = {k for k in args.kinds.split(",") if k}
+    if kinds:
+        rows = [row for row in rows if row[0] in kinds]
+    after_rows, before_rows = rows, []
+    if args.before is not None:
+        before_env = {**env, "PYTHONPATH": str(before_package(directory, args.before))}
+        before_rows = [row for row in command_rows(directory, sizes, wide, small, end,
+                                                   before_env, "before-")
+                       if not kinds or row[0] in kinds]
+        rows = [row for pair in zip(after_rows, before_rows) for row in pair]
     for kind, _, command in rows:  # a warm-up of the short ones: a failure before any timing
         if kind not in ("history", "report"):
             run_once(command, kind.endswith("-small"), directory)
@@ -384,7 +434,10 @@ def main(argv: list[str] | None = None) -> int:
           "\n")
     print(f"fleet: {sizes_of(every)}; small files: "
           f"{sizes_of(sorted(small.glob('*.db'))) if small else 'none'}\n")
-    print(tables(rows, times, memory))
+    print(tables(after_rows, times, memory))
+    if before_rows:
+        print(f"\nBefore ({args.before}) and after, side by side:\n")
+        print(comparison(after_rows, before_rows, times, memory))
     return 0
 
 

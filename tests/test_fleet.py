@@ -254,6 +254,38 @@ def test_nested_windows_over_many_files_are_each_windows_merge(three_hosts):
                                                           alone.histogram.max)
 
 
+def test_nested_windows_split_between_processes_are_the_same_to_the_bit(three_hosts):
+    """The files of a cluster read by three processes give what one process reads, each
+    file's sums and every histogram; a damaged file in a forked process's share is named."""
+    from slowdown.analysis.store import Selection, StoreError, cluster_windows
+
+    paths = []
+    for i in range(9):
+        path = three_hosts / f"c{i}.db"
+        shutil.copy(three_hosts / f"n{i % 3}.db", path)
+        with sqlite3.connect(path) as conn:
+            conn.execute("UPDATE series SET host = ?", (f"c{i}",))
+        paths.append(path)
+    stores = [Store(path, readonly=True) for path in paths]
+    query = cluster_windows._query(Selection(), NOV + 100 * 60, [60, 600, 3600])
+    one = cluster_windows._read(stores, query)
+    split = cluster_windows._read_split(stores, query, processes=3)
+    assert one is not None and split is not None
+    assert split[0] == one[0] and len(one[0]) == 9  # each file's sums, in the files' order
+
+    def by_name(read):
+        _, codes, parts = read
+        return {(key, k): parts[code * 3 + k] for key, code in codes.items()
+                for k in range(3) if code * 3 + k in parts}
+
+    assert by_name(split) == by_name(one) and len(by_name(one)) == 6
+    with open(paths[-1], "r+b") as f:  # the last file: in the last process's share
+        f.seek(100)
+        f.write(b"\xa5" * 3000)
+    with pytest.raises(StoreError, match=r"c8\.db"):
+        cluster_windows._read_split(stores, query, processes=3)
+
+
 def test_rebaseline_over_several_files_does_each(three_hosts):
     (three_hosts / "foreign.db").write_text("not a database at all\n" * 100)
     code, out = run("rebaseline", "--db", str(three_hosts / "*.db"), "--reason", "new OSTs",

@@ -90,7 +90,8 @@ class _HistoryTable:
             columns["mean"] = series.raised(series.mean_of(cells), cells.stuck)
         if "max" in self.stats:
             columns["max"] = series.raised(cells.max, cells.stuck)
-        book = BaselineBook(stores, self.reader.config.baseline.expected)
+        book = self.reader.book() if stores is self.reader.stores else \
+            BaselineBook(stores, self.reader.config.baseline.expected)
         first = int(cells.start.min()) if len(cells) else 0
         expected = series.expected_values(book, cells, self.headline, first,
                                           int(self.selection.end), self.step)

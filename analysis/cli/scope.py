@@ -98,6 +98,10 @@ class Reader:
     _services: list[ServiceState] | None = field(default=None, repr=False)
     # Files of a cluster view left out as unreadable: (file, the one-line reason).
     skipped: list[tuple[str, str]] = field(default_factory=list)
+    # Per store, what a cluster view reads of each file while opening it (kept_from, the
+    # baselines and their histograms): one visit of each file instead of one per question,
+    # each visit past the bound on open files (open_files.py) a new connection. Used once.
+    early: list[tuple[dict, list, dict]] | None = field(default=None, repr=False)
 
     @property
     def cluster(self) -> bool:
@@ -132,8 +136,9 @@ class Reader:
         files keep ([keep] hours removed them); say so on stderr where it begins before."""
         from slowdown.analysis.store.retention import kept_from
 
+        known = [kept for kept, _, _ in self.early] if self.early is not None else None
         try:
-            cutoff = kept_from(self.stores).get("hours")
+            cutoff = kept_from(self.stores, known).get("hours")
         except StoreError as exc:
             raise click.ClickException(str(exc)) from None
         if cutoff is None or start >= cutoff:
@@ -147,7 +152,9 @@ class Reader:
         click.echo(f"note: {files}: {said}; {flag} begins before", err=True)
 
     def book(self) -> BaselineBook:
-        return BaselineBook(self.stores, self.config.baseline.expected)
+        loaded, self.early = self.early, None  # read again by a later book (watch)
+        return BaselineBook(self.stores, self.config.baseline.expected,
+                            [(rows, blobs) for _, rows, blobs in loaded] if loaded else None)
 
     def _live_flights(self) -> list[tuple[str, str, str, float]]:
         """(host, target, op, age) of ops in flight longer than the interval, from the live
@@ -397,6 +404,7 @@ def open_reader(ctx: click.Context, dbs: Sequence[str], targets: Sequence[str],
     except StoreError as exc:
         raise click.ClickException(str(exc)) from None
     stores, store_series, skipped = [], [], []
+    early: list[tuple[dict, list, dict]] | None = [] if len(paths) > 1 else None
     for path in paths:
         try:
             store = Store(path, readonly=True)
@@ -405,6 +413,7 @@ def open_reader(ctx: click.Context, dbs: Sequence[str], targets: Sequence[str],
             except sqlite3.DatabaseError as exc:
                 store.close()
                 raise StoreError(f"{path}: {exc}") from None
+            early = _read_early(store, early)
         except StoreError as exc:
             if len(paths) == 1:  # the one file named: one line, and stop
                 raise click.ClickException(str(exc)) from None
@@ -417,7 +426,23 @@ def open_reader(ctx: click.Context, dbs: Sequence[str], targets: Sequence[str],
                                    + ("; ..." if len(skipped) > 3 else ""))
     series = sorted({s for each in store_series for s in each})
     return Reader(config, stores, tuple(targets), tuple(hosts), tuple(ops), moment, at is None,
-                  series, store_series, skipped=skipped)
+                  series, store_series, skipped=skipped, early=early)
+
+
+def _read_early(store: Store, early: list | None) -> list | None:
+    """``early`` with what ``store`` holds that a cluster view asks of every file (see
+    ``Reader.early``), read while it is open; None where a file fails to give it: then each
+    is read when asked for, and a damaged table named as it is without this."""
+    if early is None:
+        return None
+    from slowdown.analysis.stats.baseline import load, load_histograms
+    from slowdown.analysis.store.retention import kept_from
+
+    try:
+        early.append((dict(kept_from([store])), load(store), load_histograms(store)))
+    except (sqlite3.DatabaseError, StoreError):
+        return None
+    return early
 
 
 def load_config_or_exit(path: Path | None) -> Config:

@@ -268,10 +268,14 @@ class BaselineBook:
     provisional: computed from every host's data recorded so far.
     """
 
-    def __init__(self, stores: Sequence[Store], expected: str = "same") -> None:
+    def __init__(self, stores: Sequence[Store], expected: str = "same",
+                 loaded: Sequence[tuple[list[Baseline], dict[PeriodKey, bytes]]] | None = None
+                 ) -> None:
+        """``loaded``: each store's ``load`` and ``load_histograms``, read already."""
         self.stores = list(stores)
         self.mode = expected
-        self.books: list[list[Baseline]] = [load(store) for store in self.stores]
+        self.books: list[list[Baseline]] = [rows for rows, _ in loaded] if loaded else \
+            [load(store) for store in self.stores]
         self.rows: list[Baseline] = self.books[0] if self.books else []
         self._index: list[dict[tuple[str, str, str], list[Baseline]]] = []
         for rows in self.books:  # each file's baselines by (target, op, statistic)
@@ -280,7 +284,9 @@ class BaselineBook:
                 index.setdefault((b.target, b.op, b.statistic), []).append(b)
             self._index.append(index)
         self._histograms: list[dict[PeriodKey, bytes]] = (
-            [load_histograms(store) for store in self.stores] if len(self.stores) > 1 else [])
+            ([blobs for _, blobs in loaded] if loaded else
+             [load_histograms(store) for store in self.stores])
+            if len(self.stores) > 1 else [])
         self._aggregates: dict[tuple[str, str, int, int], Aggregate] = {}
         self._clusters: dict[tuple, Aggregate] = {}
         self._first: dict[tuple[str, str], int | None] = {}

@@ -16,18 +16,26 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
+import pickle
 import sqlite3
+import sys
+import traceback
 from collections.abc import Sequence
 
 import numpy as np
 
 from slowdown.analysis.histogram import Histogram, codec
 from slowdown.analysis.histogram.buckets import BucketCounts
+from slowdown.analysis.store.open_files import READERS
 from slowdown.analysis.store.records import HOUR, MINUTE, Aggregate
 from slowdown.analysis.store.store import TABLES, Selection, Store, StoreError
 
 # Blobs decoded together: a few MiB of pairs at a time, whatever the number of files.
 CHUNK = 65536
+# Files from which the reading is split between processes, and the most processes.
+SPLIT_FROM = 64
+MAX_PROCESSES = 8
 
 
 def nested_windows(stores: Sequence[Store], names: Selection, end: int,
@@ -40,48 +48,17 @@ def nested_windows(stores: Sequence[Store], names: Selection, end: int,
         return {}
     if end % MINUTE or any(s % MINUTE for s in spans):
         return None
-    if _hours_within(stores, end - spans[-1], end):
-        return None
-    part = "CASE " + " ".join(f"WHEN r.start >= {int(end - s)} THEN {k}"
-                              for k, s in enumerate(spans)) + " END"
-    where, params = dataclasses.replace(names, start=int(end - spans[-1]), end=int(end)).where()
-    sums: dict[tuple[str, str, int], list] = {}
-    codes: dict[tuple[str, str], int] = {}
-    parts: dict[int, Histogram] = {}  # label -> the part's histogram
-    blobs: list[bytes] = []
-    labels: list[np.ndarray] = []
     width = len(spans)
-    # Minutes and hours in one statement each: three queries a file, whatever its tables hold.
-    both = " UNION ALL ".join(
-        f"SELECT s.id AS id, s.target AS target, s.op AS op, {part} AS k, r.start AS start, "
-        "r.count AS count, r.errors AS errors, r.skipped AS skipped, r.sum AS sum, "
-        "r.sumsq AS sumsq, r.min AS min, r.max AS max, r.stuck AS stuck, r.hist AS hist "
-        f"FROM series s CROSS JOIN {table} r ON r.series = s.id WHERE {where}"
-        for table in TABLES.values())
-    params = params * len(TABLES)
-    for store in stores:
-        try:
-            for target, op, k, *numbers in store.conn.execute(
-                    "SELECT target, op, k, count(*), sum(errors), sum(skipped), sum(sum), "
-                    "sum(sumsq), min(min), max(max), max(stuck), min(start), max(start) "
-                    f"FROM ({both}) GROUP BY target, op, k", params):
-                _add(sums.setdefault((target, op, k), [0, 0, 0, 0.0, 0.0, math.inf,
-                                                       -math.inf, 0.0, None, None]), numbers)
-            rows = store.conn.execute(f"SELECT id, k, hist FROM ({both})", params).fetchall()
-            if rows:  # columns at C speed: no Python work per record
-                ids, ks, hists = zip(*rows)
-                lookup = np.zeros(max(ids) + 1, np.int64)
-                for sid, target, op in store.conn.execute(
-                        "SELECT id, target, op FROM series WHERE id <= ?", (max(ids),)):
-                    lookup[sid] = codes.setdefault((target, op), len(codes))
-                labels.append(lookup[np.array(ids)] * width + np.array(ks))
-                blobs.extend(hists)
-        except sqlite3.DatabaseError as exc:
-            raise StoreError(f"{store.path}: {exc}") from None
-        if len(blobs) >= CHUNK:
-            _merge_into(parts, blobs, labels)
-            blobs, labels = [], []
-    _merge_into(parts, blobs, labels)
+    query = _query(names, end, spans)
+    read = _read_split(stores, query) if len(stores) >= SPLIT_FROM else _read(stores, query)
+    if read is None:
+        return None
+    per_file, codes, parts = read
+    sums: dict[tuple[str, str, int], list] = {}
+    for groups in per_file:  # added in the order of the files, as one process adds them
+        for target, op, k, numbers in groups:
+            _add(sums.setdefault((target, op, k), [0, 0, 0, 0.0, 0.0, math.inf,
+                                                   -math.inf, 0.0, None, None]), numbers)
     result = {}
     for (target, op), code in codes.items():
         for k, span in enumerate(spans):
@@ -107,16 +84,147 @@ def nested_windows(stores: Sequence[Store], names: Selection, end: int,
     return result
 
 
-def _hours_within(stores: Sequence[Store], start: int, end: int) -> bool:
-    """Whether any file holds an hour record overlapping ``[start, end)``."""
+def _query(names: Selection, end: int, spans: Sequence[int]) -> tuple:
+    """(the records' statement, its parameters, the window's start and end, parts) of
+    ``_read``: minutes and hours in one statement, labelled by window part."""
+    part = "CASE " + " ".join(f"WHEN r.start >= {int(end - s)} THEN {k}"
+                              for k, s in enumerate(spans)) + " END"
+    where, params = dataclasses.replace(names, start=int(end - spans[-1]), end=int(end)).where()
+    both = " UNION ALL ".join(
+        f"SELECT s.id AS id, s.target AS target, s.op AS op, {part} AS k, r.start AS start, "
+        "r.count AS count, r.errors AS errors, r.skipped AS skipped, r.sum AS sum, "
+        "r.sumsq AS sumsq, r.min AS min, r.max AS max, r.stuck AS stuck, r.hist AS hist "
+        f"FROM series s CROSS JOIN {table} r ON r.series = s.id WHERE {where}"
+        for table in TABLES.values())
+    return both, params * len(TABLES), end - spans[-1], end, len(spans)
+
+
+Read = tuple[list[list[tuple]], dict[tuple[str, str], int], dict[int, Histogram]]
+
+
+def _read(stores: Sequence[Store], query: tuple) -> Read | None:
+    """Each file's sums per (target, op, part), in the order of the files; the code of each
+    (target, op); the histogram of each label (code * parts + part). None where a file holds
+    an hour record in the window."""
+    both, params, start, end, width = query
+    per_file: list[list[tuple]] = []
+    codes: dict[tuple[str, str], int] = {}
+    parts: dict[int, Histogram] = {}  # label -> the part's histogram
+    blobs: list[bytes] = []
+    labels: list[np.ndarray] = []
     for store in stores:
+        if _hours_within(store, start, end):  # in the same visit of the file
+            return None
         try:
-            if store.conn.execute(f"SELECT 1 FROM {TABLES[HOUR]} WHERE start > ? AND start < ? "
-                                  "LIMIT 1", (start - HOUR, end)).fetchone():
-                return True
+            per_file.append([(target, op, k, numbers) for target, op, k, *numbers in
+                             store.conn.execute(
+                "SELECT target, op, k, count(*), sum(errors), sum(skipped), sum(sum), "
+                "sum(sumsq), min(min), max(max), max(stuck), min(start), max(start) "
+                f"FROM ({both}) GROUP BY target, op, k", params)])
+            rows = store.conn.execute(f"SELECT id, k, hist FROM ({both})", params).fetchall()
+            if rows:  # columns at C speed: no Python work per record
+                ids, ks, hists = zip(*rows)
+                lookup = np.zeros(max(ids) + 1, np.int64)
+                for sid, target, op in store.conn.execute(
+                        "SELECT id, target, op FROM series WHERE id <= ?", (max(ids),)):
+                    lookup[sid] = codes.setdefault((target, op), len(codes))
+                labels.append(lookup[np.array(ids)] * width + np.array(ks))
+                blobs.extend(hists)
         except sqlite3.DatabaseError as exc:
             raise StoreError(f"{store.path}: {exc}") from None
-    return False
+        if len(blobs) >= CHUNK:
+            _merge_into(parts, blobs, labels)
+            blobs, labels = [], []
+    _merge_into(parts, blobs, labels)
+    return per_file, codes, parts
+
+
+def _processes() -> int:
+    try:
+        free = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        free = os.cpu_count() or 1
+    return max(1, min(free, MAX_PROCESSES)) if hasattr(os, "fork") else 1
+
+
+def _read_split(stores: Sequence[Store], query: tuple, processes: int | None = None
+                ) -> Read | None:
+    """``_read`` with the files split between this process and forked ones (one per free
+    CPU): each child opens its own files (a forked process may not use its parent's SQLite
+    connections) and sends what it read back (``processes``: how many, this one among
+    them); counts merge exactly, and the sums are added
+    file by file in the parent, in the files' order, so the result is the same to the bit."""
+    n = processes or min(_processes(), len(stores) // (SPLIT_FROM // 2) or 1)
+    if n <= 1:
+        return _read(stores, query)
+    bounds = [len(stores) * i // n for i in range(n + 1)]
+    READERS.release_all()  # the children inherit no connection (nor its descriptors)
+    children = []
+    for i in range(1, n):
+        read_end, write_end = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: it never returns
+            os.close(read_end)
+            _child([s.path for s in stores[bounds[i]:bounds[i + 1]]], query, write_end)
+        os.close(write_end)
+        children.append((pid, read_end))
+    try:
+        mine = _read(stores[:bounds[1]], query)
+    finally:
+        theirs = []
+        for pid, read_end in children:
+            with os.fdopen(read_end, "rb") as pipe:
+                data = pipe.read()
+            os.waitpid(pid, 0)
+            theirs.append(pickle.loads(data) if data else ("error", "a reading process died"))
+    for kind, got in theirs:
+        if kind == "error":
+            raise StoreError(got)
+    if mine is None or any(got is None for _, got in theirs):
+        return None
+    per_file, codes, parts = mine
+    for _, (files, their_codes, their_parts) in theirs:
+        per_file += files
+        width = query[4]
+        for (target, op), code in their_codes.items():
+            ours = codes.setdefault((target, op), len(codes))
+            for k in range(width):
+                h = their_parts.get(code * width + k)
+                if h is not None:
+                    if ours * width + k in parts:
+                        parts[ours * width + k].merge(h)
+                    else:
+                        parts[ours * width + k] = h
+    return per_file, codes, parts
+
+
+def _child(paths: list, query: tuple, write_end: int) -> None:
+    status = 1
+    try:
+        try:
+            stores = [Store(path, readonly=True) for path in paths]
+            got: tuple = ("read", _read(stores, query))
+        except StoreError as exc:
+            got = ("error", str(exc))
+        except Exception as exc:  # a bug: the whole story on stderr, one line for the parent
+            traceback.print_exc()
+            sys.stderr.flush()
+            got = ("error", f"{type(exc).__name__}: {exc}")
+        data = pickle.dumps(got, protocol=pickle.HIGHEST_PROTOCOL)
+        with os.fdopen(write_end, "wb") as pipe:
+            pipe.write(data)
+        status = 0
+    finally:
+        os._exit(status)
+
+
+def _hours_within(store: Store, start: int, end: int) -> bool:
+    """Whether the file holds an hour record overlapping ``[start, end)``."""
+    try:
+        return store.conn.execute(f"SELECT 1 FROM {TABLES[HOUR]} WHERE start > ? AND start < ? "
+                                  "LIMIT 1", (start - HOUR, end)).fetchone() is not None
+    except sqlite3.DatabaseError as exc:
+        raise StoreError(f"{store.path}: {exc}") from None
 
 
 def _add(into: list, numbers: Sequence) -> None:

@@ -46,6 +46,13 @@ class OpenFiles:
             _, oldest = self._open.popitem(last=False)
             oldest.release()
 
+    def release_all(self) -> None:
+        """Close every reader's connection (each opens again when next used): before a fork,
+        so that no SQLite connection, nor its descriptors, is carried into the child."""
+        while self._open:
+            _, oldest = self._open.popitem(last=False)
+            oldest.release()
+
     def forget(self, reader: Releasable) -> None:
         self._open.pop(id(reader), None)
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from slowdown.analysis.store.store import Store, StoreError
@@ -72,12 +72,15 @@ def _kept_from(conn: sqlite3.Connection) -> dict[str, int]:
     return dict(json.loads(row[0])) if row else {}
 
 
-def kept_from(stores: list[Store]) -> Mapping[str, int]:
-    """The latest moment before which some file removed records (hours) or node context."""
+def kept_from(stores: list[Store], known: Sequence[Mapping[str, int]] | None = None
+              ) -> Mapping[str, int]:
+    """The latest moment before which some file removed records (hours) or node context;
+    ``known``: each store's, read already."""
     out: dict[str, int] = {}
-    for store in stores:
+    for i, store in enumerate(stores):
         try:
-            for table, cutoff in _kept_from(store.conn).items():
+            for table, cutoff in (known[i] if known is not None
+                                  else _kept_from(store.conn)).items():
                 out[table] = max(cutoff, out.get(table, cutoff))
         except sqlite3.DatabaseError as exc:
             raise StoreError(f"{store.path}: {exc}") from None
