@@ -88,10 +88,7 @@ class Recorder:
                     rec.errors += 1
                 if latency is not None:
                     rec.histogram.record(latency)
-        if failed and latency is not None:
-            self._notify("result", target, op, latency, wall, failed=True)
-        else:
-            self._notify("result", target, op, latency, wall)
+        self._notify("result", target, op, latency, wall, failed=failed)
 
     def skipped(self, target: str, ops: Iterable[str], wall: float) -> None:
         """A tick that found the previous run still going."""

@@ -15,8 +15,9 @@ TABLES_SPAN = {"minutes": MINUTE, "hours": HOUR}  # the span of each table's rec
 class Record:
     """Latencies of one op in one span (a UTC minute, or an hour after rollup).
 
-    ``histogram`` carries count, sum, sum of squares, min and max of the successful ops;
-    ``errors`` counts failed ops, ``skipped`` ticks that found the previous run still going,
+    ``histogram`` carries count, sum, sum of squares, min and max of the ops that returned:
+    the successful ones and those that hung for longer than the interval and then failed (a
+    user waited that long); ``errors`` counts failed ops (those too), ``skipped`` ticks that found the previous run still going,
     ``stuck`` is the longest age (seconds) an op had been in flight during the span.
     """
 
