@@ -1,7 +1,7 @@
-"""kill -9, a hundred times: the database stays whole and at most the minute in progress is lost.
+"""kill -9, fifty times: the database stays whole and at most the minute in progress is lost.
 
 See tests/crashloop.py for what each cycle injects and checks; tests/long/test_crash_long.py
-runs the same loop a few hundred times.
+runs the same loop a few hundred times (docs/RELIABILITY.md has its counts).
 """
 
 from __future__ import annotations
@@ -12,22 +12,27 @@ import pytest
 
 from tests.crashloop import crash_loop, summary
 
-CYCLES = 100
+CYCLES = 50  # ~2.3 s each; the long form runs 400
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-def test_kill_9_a_hundred_times(tmp_path):
+def test_kill_9_fifty_times(tmp_path):
     results = crash_loop(tmp_path, CYCLES, seed=10)
     seen = summary(results)
     print(json.dumps(seen, indent=1))
     assert len(results) == CYCLES
     # The kills landed where they matter: during start-up, while probing, in the minute flush
     # (before and after its commit), and the minute was there whenever the flush had had time.
-    assert seen["random"].get("killed before the service was up", 0) >= 3, seen
-    assert seen["random"].get("killed while probing, before the boundary", 0) >= 3, seen
+    assert seen["random"].get("killed before the service was up", 0) >= 2, seen
+    assert seen["random"].get("killed while probing, before the boundary", 0) >= 2, seen
     near_flush = seen["boundary"]
     assert near_flush.get("killed in the flush before its commit (minute lost)", 0) \
-        + near_flush.get("killed after the commit", 0) >= 10, seen
-    assert seen["wal"].get("killed once the WAL changed", 0) >= 20, seen
-    assert seen["after"]["minute written"] == seen["after"]["kills"], seen
+        + near_flush.get("killed after the commit", 0) >= 5, seen
+    assert seen["wal"].get("killed once the WAL changed", 0) >= 10, seen
+    # Killed 1.5-2 s after the boundary of a minute it probed, the service had written it;
+    # a service still starting then (a busy machine) had not probed that minute at all.
+    after = seen["after"]
+    assert after["minute written"] == after["kills"] \
+        - after.get("killed before the service was up", 0), seen
+    assert after["minute written"] >= after["kills"] // 2, seen

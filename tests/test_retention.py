@@ -105,7 +105,7 @@ def test_a_read_before_what_is_kept_says_so(tmp_path):
                  ["stats", "--since", f"@{NOW - 301 * DAY}", "--until", old]):
         result = run("--db", str(db), *args)
         assert result.exit_code == 1, (args, result.output)
-        assert "are removed ([keep] hours)" in result.output and str(db) in result.output
+        assert "are removed ([keep] hours)" in result.stderr and str(db) in result.stderr
     # A range that begins before: a note on stderr, and the rows that are kept.
     result = run("history", "--db", str(db), "--since", f"@{NOW - 210 * DAY}", "--until",
                  f"@{NOW - 190 * DAY}", "--every", "1d", "--format", "json")

@@ -17,8 +17,9 @@ class Record:
 
     ``histogram`` carries count, sum, sum of squares, min and max of the ops that returned:
     the successful ones and those that hung for longer than the interval and then failed (a
-    user waited that long); ``errors`` counts failed ops (those too), ``skipped`` ticks that found the previous run still going,
-    ``stuck`` is the longest age (seconds) an op had been in flight during the span.
+    user waited that long); ``errors`` counts failed ops (those too), ``skipped`` ticks that
+    found the previous run still going, ``stuck`` is the longest age (seconds) an op had been
+    in flight during the span.
     """
 
     host: str

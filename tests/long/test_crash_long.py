@@ -26,6 +26,8 @@ def test_kill_9_four_hundred_times(tmp_path):
     seen = summary(results)
     print("CRASH-SUMMARY " + json.dumps(seen))
     assert len(results) == CYCLES
-    assert seen["after"]["minute written"] == seen["after"]["kills"], seen
+    after = seen["after"]  # a service still starting 1.5 s after the boundary had not probed
+    assert after["minute written"] == after["kills"] \
+        - after.get("killed before the service was up", 0), seen
     lost = seen["boundary"].get("killed in the flush before its commit (minute lost)", 0)
     assert lost >= 1, seen  # some kills did land inside the flush
