@@ -41,6 +41,7 @@ from tests.servicekit import (
     probe_cli,
     start_service,
     stop_service,
+    wait_for,
     write_config,
 )
 
@@ -173,8 +174,11 @@ def crash_loop(tmp_path: Path, cycles: int, seed: int = 1) -> list[Cycle]:
     assert not workers_of(workspace), "workers of killed services are still running"
     # And the service still runs cleanly on the database that took all those kills.
     minute = base + 180 * cycles
-    proc = start_service(config, env=offset_env(minute + 57 - time.time()))
-    time.sleep(5)
+    offset = minute + 45 - time.time()  # its clock at 15 s before the minute's end
+    proc = start_service(config, env=offset_env(offset))
+    wait_for(lambda: _started(database, proc.pid), 14,  # up, on a busy machine too
+             what="the clean start's first tick")
+    _sleep_until(minute + 60 - offset + 2)  # after the minute's flush
     _, err = stop_service(proc)
     assert proc.returncode == 0, err
     snap = snapshot(database)

@@ -75,7 +75,8 @@ def test_full_and_read_only_database_volumes(tmp_path):
             broke = time.time()
             # Two minute flushes fail: the first at the boundary after the start (the
             # services were started at second 55 of their clocks), the next a minute later.
-            second_failure = (broke + full_offset) // 60 * 60 + 120 - full_offset
+            second_failure = max((broke + off) // 60 * 60 + 120 - off
+                                 for off in (full_offset, ro_offset))
             time.sleep(max(0.0, second_failure - time.time()) + 3)
             for failures, proc in _said(procs, WRITE_FAILED):
                 assert len(failures) == 1, output(proc)  # said once, with the reason
@@ -88,11 +89,15 @@ def test_full_and_read_only_database_volumes(tmp_path):
             filler.unlink()
             ext4.repair()
             repaired = time.time()
-            next_flush = (repaired + full_offset) // 60 * 60 + 60 - full_offset
-            time.sleep(max(0.0, next_flush - time.time()))
+            # Each service's next flush, by its own clock: the second service was started
+            # after the first one's preparation, seconds later on a busy machine.
+            next_flush = {off: (repaired + off) // 60 * 60 + 60 - off
+                          for off in (full_offset, ro_offset)}
+            time.sleep(max(0.0, max(next_flush.values()) - time.time()))
             # That flush writes every buffered minute with its fsyncs: seconds on a busy machine.
-            wait_for(lambda: all(again for again, _ in _said(procs, WRITABLE_AGAIN)), 20,
-                     what="both services to write their buffered minutes")
+            deadline = time.time() + 20
+            while time.time() < deadline and not all(a for a, _ in _said(procs, WRITABLE_AGAIN)):
+                time.sleep(0.2)
             for again, proc in _said(procs, WRITABLE_AGAIN):
                 assert len(again) == 1 and int(again[0]) >= 3 * len(OPS), output(proc)
             results = [(full_db, full_offset, full_before), (ro_db, ro_offset, ro_before)]
@@ -114,7 +119,8 @@ def test_full_and_read_only_database_volumes(tmp_path):
                 if target in ("full", "ro"):
                     per_minute.setdefault(start, Counter())[op] += count + errors + skipped
             broken_minute = int(broke + offset) // 60 * 60
-            whole = [m for m in sorted(per_minute) if broken_minute < m < next_flush + offset - 60]
+            whole = [m for m in sorted(per_minute)
+                     if broken_minute < m < next_flush[offset] + offset - 60]
             # The minutes lived through while the volume was broken are there, whole: one
             # result (or skip) per tick, every tick of every op, nothing twice.
             assert len(whole) >= 1, sorted(per_minute)
