@@ -226,11 +226,11 @@ def _copy(database: Path, temp: Path, host: str, now: float) -> int:
                 copy.execute("PRAGMA journal_mode = OFF")  # a temporary file: nothing to undo
                 copy.execute("PRAGMA synchronous = OFF")  # synced whole before the rename
                 source.backup(copy)  # one step: one read transaction, a consistent snapshot
-                # The backup copied the WAL mark of the header too: a rollback-journal file
-                # (header bytes 18-19 set to 1), then no journal again for the mark's row.
-                mode = copy.execute("PRAGMA journal_mode = DELETE").fetchone()[0]
-                if mode != "delete":
-                    raise PublishError(f"{temp}: cannot leave WAL mode ({mode})")
+            finally:
+                copy.close()
+            _rollback_journal_header(temp)
+            copy = sqlite3.connect(temp, isolation_level=None)
+            try:
                 copy.execute("PRAGMA journal_mode = OFF")
                 mark = {"host": host, "database": str(database), "at": now}
                 copy.execute("INSERT OR REPLACE INTO state (key, value, at) VALUES (?, ?, ?)",
@@ -246,6 +246,24 @@ def _copy(database: Path, temp: Path, host: str, now: float) -> int:
             return os.path.getsize(temp)
         os.truncate(temp, 0)
     raise PublishError(f"{database} changed during {COPY_TRIES} copies; not published")
+
+
+def _rollback_journal_header(temp: Path) -> None:
+    """The backup copied the source's header, which says WAL (bytes 18 and 19, the file
+    format's read and write versions, 2): set them to 1, a rollback-journal database, as
+    ``PRAGMA journal_mode = DELETE`` would, but without opening the copy in WAL mode first
+    (which would make ``-wal`` and ``-shm`` files in the shared directory). The backup wrote
+    every page into the file itself (no journal, no WAL), so nothing else changes."""
+    fd = _os(os.open, temp, os.O_RDWR | os.O_CLOEXEC, what=f"cannot open {temp}")
+    try:
+        header = os.pread(fd, 20, 0)
+        if header[:16] != b"SQLite format 3\x00" or header[18:20] not in (b"\x01\x01",
+                                                                          b"\x02\x02"):
+            raise PublishError(f"{temp}: not an SQLite database after the backup")
+        if header[18:20] == b"\x02\x02":
+            _os(os.pwrite, fd, b"\x01\x01", 18, what=f"cannot write {temp}")
+    finally:
+        os.close(fd)
 
 
 def _fsync(path: Path) -> None:
@@ -271,7 +289,7 @@ def _fsync_dir(directory: Path) -> None:
 
 
 def _remove_own(temp: Path) -> None:
-    for path in (temp, Path(f"{temp}-journal")):
+    for path in (temp, *(Path(f"{temp}{end}") for end in ("-journal", "-wal", "-shm"))):
         with contextlib.suppress(OSError):
             os.unlink(path)
 
