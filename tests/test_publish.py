@@ -323,3 +323,19 @@ def test_a_textfile_alone_opens_no_port_and_listen_adds_one(tmp_path):
     both = loads(base + 'textfile = "/x/slowdown.prom"\nlisten = "127.0.0.1:9100"\n').metrics
     assert both.serve and both.listen_port == 9100
     assert loads(base).metrics.serve  # [metrics] alone: the endpoint, as before
+
+
+def test_a_copy_is_never_written_rebaseline_refuses_it(tmp_path):
+    source, shared = tmp_path / "node.db", tmp_path / "shared"
+    shared.mkdir()
+    make_source(source, minutes=90)
+    copy = publish(source, shared, HOST).path
+    before = digest(copy)
+    done = subprocess.run(["slowdown", "rebaseline", "--db", str(copy), "--reason", "new OSTs"],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1
+    assert f"{copy}: a copy published by host {HOST}" in done.stderr, done.stderr
+    assert digest(copy) == before and sorted(os.listdir(shared)) == [f"{HOST}.db"]
+    mine = subprocess.run(["slowdown", "rebaseline", "--db", str(source), "--reason", "new OSTs"],
+                          capture_output=True, text=True, timeout=60)
+    assert mine.returncode == 0, mine.stderr  # the node's own database takes it
