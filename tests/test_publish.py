@@ -22,8 +22,10 @@ from slowdown.analysis.config import loads
 from slowdown.analysis.config.errors import ConfigError
 from slowdown.analysis.store import Selection, Store
 from slowdown.analysis.store.open_files import read_only_uri
+from slowdown.probe.cli import main as probe_main
 from slowdown.probe.exports import PublishJob
 from slowdown.probe.publish import PublishError, publish, published_by, temp_path
+from tests.cli_runner import runner
 from tests.datakit import fill, lognormal
 from tests.faultfs.realfs import run, tmpfs
 from tests.fixtures_fs import require_root
@@ -339,3 +341,19 @@ def test_a_copy_is_never_written_rebaseline_refuses_it(tmp_path):
     mine = subprocess.run(["slowdown", "rebaseline", "--db", str(source), "--reason", "new OSTs"],
                           capture_output=True, text=True, timeout=60)
     assert mine.returncode == 0, mine.stderr  # the node's own database takes it
+
+
+def test_the_systemd_dropin_lets_the_service_write_where_it_publishes(tmp_path):
+    """Under ProtectSystem=strict the shared directory and node_exporter's textfile
+    directory must be writable; '-': a shared filesystem missing at start is said later."""
+    config = tmp_path / "slowdown.toml"
+    config.write_text(f'host = "{HOST}"\ndatabase = "/var/lib/slowdown/slowdown.db"\n'
+                      '[[target]]\nname = "work"\npath = "/lustre/work/slowdown-probe"\n'
+                      '[metrics]\ntextfile = "/var/lib/prometheus/node-exporter/slowdown.prom"\n'
+                      '[publish]\ndir = "/shared/slowdown"\n')
+    result = runner().invoke(probe_main, ["--config", str(config), "systemd-dropin"])
+    assert result.exit_code == 0, result.stderr
+    paths = [line.split("=", 1)[1] for line in result.stdout.splitlines()
+             if line.startswith("ReadWritePaths=")]
+    assert paths == [f"-/lustre/work/slowdown-probe/.slowdown/{HOST}", "-/shared/slowdown",
+                     "-/var/lib/prometheus/node-exporter"]
