@@ -64,7 +64,10 @@ class PublishJob:
                          f"ago to {self.publish.dir} has not ended (a hung shared volume?); "
                          "waited for, not started again")
             return
-        self._child = None
+        if self._child is not None:  # one that ended late: what it did is said now
+            late, self._child = self._child, None
+            out, err = late.communicate()
+            self._outcome(late.returncode, out, err)
         command = [sys.executable, "-m", "slowdown.probe.publish", str(self.config.database),
                    str(self.publish.dir), self.config.host]
         self._since = time.time()

@@ -89,7 +89,12 @@ def test_a_copy_is_a_whole_rollback_journal_database_that_readers_open_immutable
     shown = subprocess.run(["slowdown", "--db", str(shared / "*.db"), "--json"],
                            capture_output=True, text=True, timeout=60)
     assert shown.returncode == 0, shown.stderr
-    assert [t["target"] for t in json.loads(shown.stdout)["targets"]] == ["work"]
+    data = json.loads(shown.stdout)
+    assert [t["target"] for t in data["targets"]] == ["work"]
+    assert [s["published"] for s in data["services"]] == [published_by(copy)["at"]]
+    line = subprocess.run(["slowdown", "--db", str(copy)], capture_output=True, text=True,
+                          timeout=60).stdout
+    assert "published copy, made at" in line and "service stopped" not in line, line
 
 
 def test_a_publish_killed_at_any_moment_leaves_the_previous_or_the_new_whole_copy(tmp_path):

@@ -9,6 +9,7 @@ import os
 import socket
 import subprocess
 import urllib.request
+from pathlib import Path
 
 import pytest
 from prometheus_client import CollectorRegistry, Gauge
@@ -168,3 +169,39 @@ def test_a_read_only_directory_is_said_once_with_its_errno_and_the_file_stays(tm
     errors = [m for level, m in said if level == logging.ERROR]
     assert len(errors) == 1 and str(path) in errors[0] and "(EROFS)" in errors[0], said
     assert any("written again" in m for _, m in said)
+
+
+def test_the_fleet_dashboard_selects_by_host_never_by_the_scrapes_labels():
+    """With node_exporter, job and instance are node_exporter's: the fleet dashboard's
+    queries and the recording rules select and group by the series' own host label; only the
+    memory panel joins on instance (the service's info and its process metrics come from one
+    scrape either way)."""
+    import json
+    import re
+
+    import yaml
+
+    root = Path(__file__).resolve().parents[1]
+    dashboard = json.loads((root / "grafana/dashboards/slowdown-fleet.json").read_text())
+    exprs = list(_exprs(dashboard))
+    rules = yaml.safe_load((root / "prometheus/slowdown.rules.yml").read_text())
+    exprs += [r["expr"] for g in rules["groups"] for r in g["rules"]
+              if "record" in r]
+    assert len(exprs) > 20
+    for expr in exprs:
+        assert not re.search(r"\b(job|instance)\s*[=!]", expr), expr
+        if "instance" in expr:
+            assert "on (instance) group_left (host) slowdown_service_info" in expr, expr
+    memory = [e for e in exprs if "resident_memory" in e]
+    assert memory and all("slowdown_process_resident_memory_bytes" in e for e in memory)
+
+
+def _exprs(node):
+    if isinstance(node, dict):
+        if isinstance(node.get("expr"), str):
+            yield node["expr"]
+        for value in node.values():
+            yield from _exprs(value)
+    elif isinstance(node, list):
+        for value in node:
+            yield from _exprs(value)
