@@ -37,11 +37,12 @@ REPEAT_FAILURE = 3600.0  # a failure that lasts is said again at most this often
 class PublishJob:
     """Publishes the database every ``[publish] every``, each time in a child process."""
 
-    def __init__(self, config: Config) -> None:
+    def __init__(self, config: Config, deadline: float | None = None) -> None:
         assert config.publish is not None
         self.config = config
         self.publish = config.publish
-        self.deadline = self.publish.every * 0.9  # a publish waited for, at most
+        # How long a publish is waited for (then left running, and waited for next time).
+        self.deadline = self.publish.every * 0.9 if deadline is None else deadline
         self._child: subprocess.Popen | None = None
         self._since = 0.0  # when the running child began
         self._failing: str | None = None
@@ -60,7 +61,7 @@ class PublishJob:
 
     def run(self) -> None:
         if self._child is not None and self._child.poll() is None:
-            self._failed(f"the publish begun {format_duration(time.time() - self._since)} "
+            self._failed(f"the publish begun {format_duration(round(time.time() - self._since))} "
                          f"ago to {self.publish.dir} has not ended (a hung shared volume?); "
                          "waited for, not started again")
             return

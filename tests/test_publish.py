@@ -29,6 +29,7 @@ from tests.cli_runner import runner
 from tests.datakit import fill, lognormal
 from tests.faultfs.realfs import run, tmpfs
 from tests.fixtures_fs import require_root
+from tests.servicekit import wait_for
 
 HOST = "n1"
 
@@ -362,3 +363,48 @@ def test_the_systemd_dropin_lets_the_service_write_where_it_publishes(tmp_path):
              if line.startswith("ReadWritePaths=")]
     assert paths == [f"-/lustre/work/slowdown-probe/.slowdown/{HOST}", "-/shared/slowdown",
                      "-/var/lib/prometheus/node-exporter"]
+
+
+@pytest.mark.root
+@pytest.mark.timeout(120)
+def test_a_hung_shared_directory_holds_the_publish_child_never_the_service_job(
+        tmp_path, faultfs, caplog):
+    """The shared directory hangs in the middle of a copy (FUSE): the job returns at its
+    deadline, the next run waits for the child instead of starting another, the copy in
+    place stays whole; released, the late publish is reported and the next one works; a
+    child still hung when the service stops is killed."""
+    source = tmp_path / "node.db"
+    make_source(source, minutes=5)
+    shared = faultfs.mountpoint
+    config = loads(f'database = "{source}"\nhost = "{HOST}"\n[[target]]\nname = "work"\n'
+                   f'path = "{tmp_path / "w"}"\n[publish]\ndir = "{shared}"\nevery = "1m"\n')
+    job = PublishJob(config, deadline=1.0)
+    copy = shared / f"{HOST}.db"
+    with caplog.at_level(logging.INFO, logger="slowdown.probe.exports"):
+        job.run()
+        first = published_by(copy)["at"]
+        faultfs.hang(["write"], path=f".{HOST}.db.*")
+        began = time.monotonic()
+        job.run()
+        assert time.monotonic() - began < 5
+        faultfs.wait_hung()
+        job.run()  # the hung child is waited for, not doubled
+        assert integrity(copy) == "ok" and published_by(copy)["at"] == first
+        faultfs.release()
+        wait_for(lambda: job._child.poll() is not None, 20, what="the released publish")
+        job.run()  # reports the late one, then publishes again
+        assert published_by(copy)["at"] > first
+        faultfs.hang(["write"], path=f".{HOST}.db.*")
+        job.run()
+        faultfs.wait_hung()
+        child = job._child
+        began = time.monotonic()
+        job.stop()  # killed, not waited for: a child stuck in the kernel dies when it returns
+        assert time.monotonic() - began < 1
+        faultfs.release()
+        assert child.wait(10) == -signal.SIGKILL
+    said = [r.getMessage() for r in caplog.records]
+    assert any("has not ended after 1s" in m for m in said), said
+    assert any("has not ended (a hung shared volume?); waited for" in m for m in said), said
+    assert any("again after 2 failed attempts" in m for m in said), said
+    assert integrity(copy) == "ok"
