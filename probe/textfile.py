@@ -79,7 +79,9 @@ class TextfileWriter:
             raise TextfileRefused(f"{self.path} exists and is not a regular file; not replaced")
         with open(self.path, encoding="utf-8", errors="replace") as f:
             text = f.read()
-        if f'{SIGNATURE}host="{self.host}"' not in text:
+        ours = re.compile(rf'^{re.escape(SIGNATURE)}[^}}\n]*\bhost="{re.escape(self.host)}"',
+                          re.MULTILINE)  # the labels are written in sorted order
+        if ours.search(text) is None:
             raise TextfileRefused(f"{self.path} exists and was not written by slowdown on host "
                                   f"{self.host}; not replaced (move it away or set another "
                                   "[metrics] textfile)")

@@ -112,9 +112,21 @@ def _try_scrape(port: int) -> str | None:
 
 
 def registry(host: str = HOST) -> CollectorRegistry:
+    """The service's info as the service exports it (its labels are written sorted, so
+    ``host`` is not the first)."""
     reg = CollectorRegistry()
-    Gauge("slowdown_service_info", "The service.", ["host"], registry=reg).labels(host).set(1)
+    Gauge("slowdown_service_info", "The service.", ["host", "exported_scale"],
+          registry=reg).labels(host, "-1").set(1)
     return reg
+
+
+def test_a_restarted_service_replaces_its_own_file(tmp_path):
+    path = tmp_path / "slowdown.prom"
+    assert TextfileWriter(path, registry(), HOST).write()
+    assert f'slowdown_service_info{{exported_scale="-1",host="{HOST}"}}' in path.read_text()
+    first = os.stat(path).st_ino
+    assert TextfileWriter(path, registry(), HOST).write()  # the next start: its own file
+    assert os.stat(path).st_ino != first
 
 
 def test_a_prom_file_the_service_did_not_write_is_never_replaced(tmp_path, caplog):
@@ -142,7 +154,7 @@ def test_leftovers_of_a_killed_writer_are_removed_and_no_other_file(tmp_path):
         (tmp_path / name).write_text("partial")
     assert TextfileWriter(path, registry(), HOST).write()
     assert sorted(os.listdir(tmp_path)) == sorted(["slowdown.prom", *others])
-    assert families(path.read_text())["slowdown_service_info"][0].labels == {"host": HOST}
+    assert families(path.read_text())["slowdown_service_info"][0].labels["host"] == HOST
 
 
 @pytest.mark.root
