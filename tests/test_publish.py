@@ -22,6 +22,7 @@ from slowdown.analysis.config import loads
 from slowdown.analysis.config.errors import ConfigError
 from slowdown.analysis.store import Selection, Store
 from slowdown.analysis.store.open_files import read_only_uri
+from slowdown.probe.cli import describe_config
 from slowdown.probe.cli import main as probe_main
 from slowdown.probe.exports import PublishJob
 from slowdown.probe.publish import PublishError, publish, published_by, temp_path
@@ -331,6 +332,10 @@ def test_a_textfile_alone_opens_no_port_and_listen_adds_one(tmp_path):
     both = loads(base + 'textfile = "/x/slowdown.prom"\nlisten = "127.0.0.1:9100"\n').metrics
     assert both.serve and both.listen_port == 9100
     assert loads(base).metrics.serve  # [metrics] alone: the endpoint, as before
+    shown = describe_config(loads(base + 'textfile = "/x/slowdown.prom"\n[publish]\n'
+                                  'dir = "/shared/slowdown"\n'))
+    assert "metrics        no HTTP endpoint; textfile /x/slowdown.prom every 15s" in shown
+    assert f"publish        /shared/slowdown/{HOST}.db every 5m" in shown
 
 
 def test_a_copy_is_never_written_rebaseline_refuses_it(tmp_path):
