@@ -77,8 +77,8 @@ def publish(database: Path, directory: Path, host: str,
     refuse_foreign(target, host)
     clean_leftovers(directory, host)
     temp = temp_path(directory, host, os.getpid())
+    _create(temp)  # from here on the temporary file is ours to remove
     try:
-        _create(temp)
         _check_space(database, directory, temp)
         size = _copy(database, temp, host, time.time() if now is None else now)
         _fsync(temp)
@@ -126,7 +126,7 @@ def refuse_foreign(target: Path, host: str) -> None:
 
 
 _LEFTOVER = re.compile(r"\.(?P<host>.+)\.db\.(?P<pid>\d+)" + re.escape(TEMP_SUFFIX)
-                       + r"(-journal)?")
+                       + r"(-journal|-wal|-shm)?")
 
 
 def clean_leftovers(directory: Path, host: str) -> list[Path]:
