@@ -97,6 +97,9 @@ def test_a_copy_is_a_whole_rollback_journal_database_that_readers_open_immutable
     line = subprocess.run(["slowdown", "--db", str(copy)], capture_output=True, text=True,
                           timeout=60).stdout
     assert "published copy, made at" in line and "service stopped" not in line, line
+    watched = subprocess.run(["slowdown", "watch", "--count", "1", "--db", str(copy)],
+                             capture_output=True, text=True, timeout=60)
+    assert watched.returncode == 0 and "read from a copy made at" in watched.stdout, watched
 
 
 def test_a_publish_killed_at_any_moment_leaves_the_previous_or_the_new_whole_copy(tmp_path):
