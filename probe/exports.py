@@ -19,6 +19,7 @@ import json
 import logging
 import subprocess
 import sys
+import threading
 import time
 import zlib
 
@@ -50,6 +51,7 @@ class PublishJob:
         self._failures = 0
         self._said = 0.0  # when the failure was last logged
         self.published = 0  # copies made since the start
+        self._stopping = threading.Event()
 
     def first(self, now: float) -> float:
         """The first publish: soon after the start (what the database holds already, so a
@@ -60,6 +62,8 @@ class PublishJob:
         return now + FIRST_AFTER + phase
 
     def run(self) -> None:
+        if self._stopping.is_set():
+            return
         if self._child is not None and self._child.poll() is None:
             self._failed(f"the publish begun {format_duration(round(time.time() - self._since))} "
                          f"ago to {self.publish.dir} has not ended (a hung shared volume?); "
@@ -79,12 +83,20 @@ class PublishJob:
             self._failed(f"cannot start the publish: {exc}")
             return
         self._child = child
-        try:
-            out, err = child.communicate(timeout=self.deadline)
-        except subprocess.TimeoutExpired:
-            self._failed(f"the publish to {self.publish.dir} has not ended after "
-                         f"{format_duration(self.deadline)} (a hung shared volume?)")
-            return
+        # Waited for a second at a time: the service's stop ends the wait at once (a pool
+        # thread still waiting would hold the process at its exit).
+        end = time.monotonic() + self.deadline
+        while True:
+            try:
+                out, err = child.communicate(timeout=max(0.0, min(1.0, end - time.monotonic())))
+                break
+            except subprocess.TimeoutExpired:
+                if self._stopping.is_set():
+                    return
+                if time.monotonic() >= end:
+                    self._failed(f"the publish to {self.publish.dir} has not ended after "
+                                 f"{format_duration(self.deadline)} (a hung shared volume?)")
+                    return
         self._child = None
         self._outcome(child.returncode, out, err)
 
@@ -126,7 +138,9 @@ class PublishJob:
             self._said = now
 
     def stop(self) -> None:
-        """A publish still running is killed, not waited for (the copy in place is whole)."""
+        """A publish still running is killed, not waited for (the copy in place is whole);
+        a run waiting for it returns within a second."""
+        self._stopping.set()
         child, self._child = self._child, None
         if child is not None and child.poll() is None:
             child.kill()
