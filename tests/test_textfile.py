@@ -4,6 +4,7 @@ node_exporter; a foreign file, a read-only directory and leftovers of a killed w
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import socket
@@ -217,3 +218,24 @@ def _exprs(node):
     elif isinstance(node, list):
         for value in node:
             yield from _exprs(value)
+
+
+@pytest.mark.root
+def test_a_full_directory_is_said_with_its_errno_and_the_file_stays(small_tmpfs, caplog):
+    path = small_tmpfs.path / "slowdown.prom"
+    writer = TextfileWriter(path, registry(), HOST)
+    assert writer.write()
+    before = path.read_text()
+    filler = small_tmpfs.path / "filler"
+    # The rest of the filesystem, to the last block.
+    with open(filler, "wb", buffering=0) as f, contextlib.suppress(OSError):
+        while True:
+            f.write(b"\0" * 4096)
+    with caplog.at_level(logging.ERROR, logger="slowdown.probe.textfile"):
+        assert not writer.write()
+    errors = [r.getMessage() for r in caplog.records]
+    assert len(errors) == 1 and "(ENOSPC)" in errors[0] and str(path) in errors[0], errors
+    assert path.read_text() == before
+    assert sorted(os.listdir(small_tmpfs.path)) == ["filler", "slowdown.prom"]
+    filler.unlink()
+    assert writer.write()
