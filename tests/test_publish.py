@@ -109,7 +109,7 @@ def test_a_publish_killed_at_any_moment_leaves_the_previous_or_the_new_whole_cop
     the killed one's temporary file."""
     source, shared = tmp_path / "node.db", tmp_path / "shared"
     shared.mkdir()
-    make_source(source, filler=24 << 20)
+    make_source(source, filler=16 << 20)
     publish(source, shared, HOST)
     copy = shared / f"{HOST}.db"
 
