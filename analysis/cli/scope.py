@@ -219,7 +219,7 @@ class Reader:
             for t in recorded:
                 targets.setdefault(t, STOPPED)
             newest = {t: _newest(store, t) for t in recorded}
-            mark = None if live else store.state("published")  # a published copy
+            mark = None if live else _published(store)
             state = (STOPPED if not running else
                      RUNNING if RUNNING in targets.values() else COLLECTING)
             self._services.append(ServiceState(
@@ -371,6 +371,15 @@ def _newest(store: Store, target: str) -> int | None:
         return store.latest_start(Selection(targets=(target,)))
     except sqlite3.DatabaseError as exc:
         raise StoreError(f"{store.path}: {exc}") from None
+
+
+def _published(store: Store) -> dict | None:
+    """The mark of a copy published to a shared directory (probe/publish.py), or None."""
+    try:
+        mark = store.state("published")
+    except (sqlite3.DatabaseError, ValueError):
+        return None
+    return mark if isinstance(mark, dict) else None
 
 
 def _earliest(a: float | None, b: float | None) -> float | None:

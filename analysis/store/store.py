@@ -113,8 +113,12 @@ def _refuse_copy(conn: sqlite3.Connection, path: Path) -> None:
     except sqlite3.OperationalError:  # a new file, or one from before the state table
         return
     if row is not None:
-        mark = json.loads(row[0])
-        raise StoreError(f"{path}: a copy published by host {mark.get('host')}, read only; "
+        try:
+            mark = json.loads(row[0])
+        except ValueError:
+            mark = None
+        mark = mark if isinstance(mark, dict) else {}
+        raise StoreError(f"{path}: a copy published by host {mark.get('host', '?')}, read only; "
                          "write to that node's own database (its next copy carries it)")
 
 
