@@ -101,7 +101,8 @@ class TextfileWriter:
 
     def _replace(self, data: bytes) -> None:
         temp = temp_path(self.path, os.getpid())
-        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC,
+        # O_EXCL: a file of that name is not ours (ours is removed after every failure).
+        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
                      0o644)
         try:
             try:
