@@ -164,8 +164,10 @@ def describe_config(config: Config, environ: Mapping[str, str] = os.environ, *,
         f"histogram scale {config.scale}",
         f"baseline       {config.baseline.period}, expected = {config.baseline.expected}, "
         f"provisional for {format_duration(config.baseline.provisional_after)}",
-        "metrics        "
-        + (f"http://{config.metrics.listen}/metrics" if config.metrics else "off"),
+        f"metrics        {_describe_metrics(config)}",
+        "publish        " + (f"{config.publish.dir}/{config.host}.db every "
+                             f"{format_duration(config.publish.every)}" if config.publish
+                             else "off"),
     ]
     total_bytes = total_inodes = 0
     for target in config.targets:
@@ -200,6 +202,17 @@ def describe_config(config: Config, environ: Mapping[str, str] = os.environ, *,
     lines.append(f"alerts         {len(config.alerts)}" + (f" ({names})" if names else ""))
     lines.append("configuration OK")
     return lines
+
+
+def _describe_metrics(config: Config) -> str:
+    metrics = config.metrics
+    if metrics is None:
+        return "off"
+    ways = [f"http://{metrics.listen}/metrics"] if metrics.serve else ["no HTTP endpoint"]
+    if metrics.textfile is not None:
+        ways.append(f"textfile {metrics.textfile} every "
+                    f"{format_duration(metrics.textfile_every)}")
+    return "; ".join(ways)
 
 
 def _database_note(config: Config, environ: Mapping[str, str]) -> str:
@@ -262,6 +275,29 @@ def run(probe: ProbeContext, duration: str | None, prepare_first: bool, verbose:
             if report.shared is not None and report.shared.busy:  # probes start once ready
                 log.warning("target %s: %s", target.name, report.shared.describe())
     sys.exit(run_service(config, duration=seconds))
+
+
+@main.command("publish")
+@click.option("--to", "directory", type=click.Path(path_type=Path), default=None,
+              help="The shared directory (default: [publish] dir of the configuration).")
+@pass_probe_context
+def publish_command(probe: ProbeContext, directory: Path | None) -> None:
+    """Publish a copy of the database to the shared directory once, as the service does
+    every [publish] every: for sites that run it from cron instead. Exit 1 when it failed
+    (the previous copy stays whole)."""
+    from slowdown.probe.publish import PublishError, publish
+
+    config = probe.config()
+    if directory is None:
+        if config.publish is None:
+            raise click.UsageError("no [publish] dir in the configuration; give --to DIR")
+        directory = config.publish.dir
+    try:
+        done = publish(config.database, Path(os.path.abspath(directory)), config.host)
+    except PublishError as exc:
+        click.echo(f"slowdown-probe publish: {exc}", err=True)
+        raise click.exceptions.Exit(1) from None
+    click.echo(f"published {done.path} ({format_size(done.bytes)}, {done.seconds:.2f} s)")
 
 
 main.add_command(systemd_dropin, "systemd-dropin")

@@ -7,7 +7,8 @@ drop-in is generated from the configuration, as the service will read it:
 - ``slowdown-probe.service`` (the default) may write each target's workspace
   ``<path>/.slowdown/<host>`` and nothing else of the target: on a shared filesystem
   ``.slowdown/`` holds the workspace of every node, and only this node's is the service's.
-  The database's directory is added when it is not in the state directory.
+  The database's directory is added when it is not in the state directory, and the
+  directories the service publishes to (``[publish] dir``, ``[metrics] textfile``'s).
 - ``slowdown-probe-prepare.service`` (``--prepare``) may write each target directory: a
   first prepare creates ``.slowdown/<host>`` in it. The directory must exist, owned by the
   service user (prepare could create it, but not in a parent the sandbox keeps read-only).
@@ -179,7 +180,14 @@ def build(config: Config, *, prepare: bool = False) -> Dropin:
                 dropin.warnings.append(f"the database directory {directory} does not exist; "
                                        "create it for the service user: "
                                        f"{install} {shlex.quote(str(directory))}")
-        if config.metrics is not None and config.metrics.listen_port < 1024:
+        if config.publish is not None:  # a shared filesystem missing at start: said later
+            dropin.add(config.publish.dir, f"[publish] dir: the copy {config.host}.db",
+                       optional=True)
+        if config.metrics is not None and config.metrics.textfile is not None:
+            dropin.add(config.metrics.textfile.parent, "[metrics] textfile: "
+                       f"{config.metrics.textfile.name}, replaced by a rename", optional=True)
+        if config.metrics is not None and config.metrics.serve \
+                and config.metrics.listen_port < 1024:
             dropin.warnings.append(f"metrics.listen {config.metrics.listen}: a port below 1024 "
                                    "needs a capability the service does not have")
     visible = [(path, why) for path, why, _ in dropin.writable]

@@ -160,8 +160,15 @@ class ServiceMetrics:
             for op in OPS:
                 self._latency.labels(self.host, target.name, op)
                 self._errors.labels(self.host, target.name, op)
-        self.registry.register(_Collector(self))
+        collector = _Collector(self)
+        self.registry.register(collector)
         ProcessCollector(registry=self.registry)
+        # What the textfile holds (textfile.py): the same, with the process metrics named
+        # apart from node_exporter's own process_*.
+        self.file_registry = CollectorRegistry(auto_describe=True)
+        for part in (self._latency, self._errors, self._skipped, collector):
+            self.file_registry.register(part)
+        ProcessCollector(namespace="slowdown", registry=self.file_registry)
         recorder.observers.append(self)
 
     # -- the endpoint ------------------------------------------------------------------------
@@ -169,6 +176,8 @@ class ServiceMetrics:
     def start(self) -> bool:
         """Listen on the configured address; False (and an error logged) when it cannot."""
         metrics = self.config.metrics
+        if not metrics.serve:  # a textfile only: no port opened
+            return True
         try:
             served = start_http_server(metrics.listen_port, metrics.listen_host,
                                        registry=self.registry)

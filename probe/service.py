@@ -43,6 +43,7 @@ from slowdown.analysis.stats import baseline
 from slowdown.analysis.store import Store, retention, schema
 from slowdown.analysis.store.records import MINUTE, minute_of
 from slowdown.probe.database_claim import Held, Refused, claim_database, lock_database, release
+from slowdown.probe.exports import Exports
 from slowdown.probe.node import NodeSampler
 from slowdown.probe.notify import MigrationProgress, Notifier
 from slowdown.probe.recorder import CLOCK_STEP, Recorder
@@ -101,6 +102,7 @@ class Service:
             from slowdown.probe.metrics import ServiceMetrics
 
             self.metrics = ServiceMetrics(config, self.recorder, self.runners, self.started)
+        self.exports = Exports(config, self.metrics)  # published copy, metrics textfile
         self.scheduler = BackgroundScheduler(
             timezone=dt.timezone.utc,
             # "direct": run in the scheduler thread itself (the tick job only)
@@ -360,6 +362,7 @@ class Service:
         # At the minute's first instant: a crash loses the minute in progress, not the one
         # before it as well (the recorder files a result under the minute it completed in).
         self.scheduler.add_job(self.flush, "cron", second=0, id="flush", name="minute flush")
+        self.exports.add_jobs(self.scheduler, time.time())
         self.scheduler.start()
         log.info("probing %d target(s) every %gs (phase %.3fs) into %s",
                  len(self.runners), cfg.interval, self.phase, cfg.database)
@@ -425,6 +428,7 @@ class Service:
         self.scheduler.reschedule_job(
             "tick", trigger=IntervalTrigger(seconds=interval, start_date=first))
         self.scheduler.reschedule_job("flush", trigger="cron", second=0)
+        self.exports.reschedule(self.scheduler, time.time())
 
     def shutdown(self) -> int:
         """Flush and exit within seconds even while a probe hangs."""
@@ -455,6 +459,7 @@ class Service:
             self._store.close()
         release(self._db_lock)
         self._db_lock = None
+        self.exports.stop()
         if self.metrics is not None:
             self.metrics.stop()
         killer.cancel()

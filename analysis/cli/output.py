@@ -97,7 +97,14 @@ def state_notes(state: Any, now: float, cluster: bool) -> list[str]:
     stopped = [h for h, s in state.hosts.items() if s == "stopped"]
     if stopped:
         words = []
-        quiet = [h for h in stopped if h not in state.not_probed]
+        copies = [h for h in stopped if h in getattr(state, "published", {})]
+        if copies:  # published copies: the age of the copy, not a service that stopped
+            made = min(state.published[h] for h in copies)
+            words.append(f"published cop{'ies' if len(copies) > 1 else 'y'}"
+                         f"{' of ' + ', '.join(copies) if cluster else ''}, "
+                         f"{'the oldest ' if len(copies) > 1 else ''}made at "
+                         f"{format_clock(made, now)}")
+        quiet = [h for h in stopped if h not in state.not_probed and h not in copies]
         if quiet:
             words.append("service stopped" + on(quiet))
         dropped = [h for h in stopped if h in state.not_probed]

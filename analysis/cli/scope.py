@@ -219,6 +219,7 @@ class Reader:
             for t in recorded:
                 targets.setdefault(t, STOPPED)
             newest = {t: _newest(store, t) for t in recorded}
+            mark = None if live else _published(store)
             state = (STOPPED if not running else
                      RUNNING if RUNNING in targets.values() else COLLECTING)
             self._services.append(ServiceState(
@@ -229,7 +230,8 @@ class Reader:
                 first_numbers_at=(first_numbers_at(live) if running
                                   and COLLECTING in targets.values() else None),
                 newest_record=max((v for v in newest.values() if v is not None), default=None),
-                targets=dict(sorted(targets.items())), newest=newest, live=live))
+                targets=dict(sorted(targets.items())), newest=newest, live=live,
+                published=mark.get("at") if isinstance(mark, dict) else None))
         return self._services
 
     def target_states(self) -> dict[str, TargetState]:
@@ -253,6 +255,8 @@ class Reader:
                     ts.newest_record = newest
                 if state == STOPPED and service.state != STOPPED:
                     ts.not_probed.append(service.host or str(service.database))
+                if service.published is not None:
+                    ts.published[service.host or str(service.database)] = service.published
         for ts in found.values():
             states = set(ts.hosts.values())
             ts.state = (RUNNING if RUNNING in states else
@@ -294,6 +298,7 @@ class ServiceState:
     targets: dict[str, str]  # each target's state on this host
     newest: dict[str, int | None] = field(default_factory=dict)  # per target
     live: dict | None = field(default=None, repr=False)  # the live state itself
+    published: float | None = None  # a copy published to a shared directory: when
 
     def json(self, now: float) -> dict:
         return {
@@ -306,6 +311,7 @@ class ServiceState:
             "newest_record": self.newest_record,
             "age": _age(self.newest_record, now),
             "targets": self.targets,
+            "published": self.published,
         }
 
 
@@ -322,6 +328,9 @@ class TargetState:
     hosts: dict[str, str] = field(default_factory=dict)  # host (or database) -> state there
     not_probed: list[str] = field(default_factory=list)  # hosts running without it
     stopped_since: float | None = None  # the last update of a stopped service's live state
+    # Hosts read from copies published to a shared directory (no live state beside them):
+    # when each copy was made. Their numbers end there, whether or not the service runs.
+    published: dict[str, float] = field(default_factory=dict)
 
     def json(self, now: float) -> dict:
         return {
@@ -362,6 +371,15 @@ def _newest(store: Store, target: str) -> int | None:
         return store.latest_start(Selection(targets=(target,)))
     except sqlite3.DatabaseError as exc:
         raise StoreError(f"{store.path}: {exc}") from None
+
+
+def _published(store: Store) -> dict | None:
+    """The mark of a copy published to a shared directory (probe/publish.py), or None."""
+    try:
+        mark = store.state("published")
+    except (sqlite3.DatabaseError, ValueError):
+        return None
+    return mark if isinstance(mark, dict) else None
 
 
 def _earliest(a: float | None, b: float | None) -> float | None:

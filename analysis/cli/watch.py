@@ -95,6 +95,8 @@ def _watch_frame(cli, reader, statistic) -> str:
                 cli.STOPPED: "not running"}[service.state]
         if service.state == cli.STOPPED and service.last_seen is not None:
             said += f" (last seen {format_clock(service.last_seen, reader.now)})"
+        elif service.state == cli.STOPPED and service.published is not None:
+            said = f"read from a copy made at {format_clock(service.published, reader.now)}"
         lines.append(f"  service on {service.host or service.database}: {said}")
         if not service.live or service.state == cli.STOPPED:
             continue

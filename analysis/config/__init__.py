@@ -27,6 +27,7 @@ from slowdown.analysis.config.model import (
     Config,
     DataSize,
     MetricsConfig,
+    PublishConfig,
     Target,
 )
 from slowdown.analysis.words import OPS, STATISTICS, is_statistic, statistic_quantile
@@ -45,6 +46,7 @@ __all__ = [
     "ConfigErrors",
     "DataSize",
     "MetricsConfig",
+    "PublishConfig",
     "Target",
     "data_dir",
     "default_config",

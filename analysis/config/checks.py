@@ -31,6 +31,7 @@ from slowdown.analysis.config.model import (
     Config,
     KeepConfig,
     MetricsConfig,
+    PublishConfig,
     Target,
 )
 from slowdown.analysis.config.reader import _MISSING, _REQUIRED
@@ -66,13 +67,15 @@ _TOP_KEYS = (
     "keep",
     "target",
     "metrics",
+    "publish",
     "alert",
 )
 _BASELINE_KEYS = ("period", "expected", "provisional_after", "zone")
 _KEEP_KEYS = ("node", "alert_log", "sent_alerts", "hours")
 _TARGET_KEYS = ("name", "path", "data_file", "data_size", "write_size", "pool_files",
                 "pool_dirs", "object_size", "sync")
-_METRICS_KEYS = ("listen",)
+_METRICS_KEYS = ("listen", "textfile", "textfile_every")
+_PUBLISH_KEYS = ("dir", "every")
 
 
 class _Checker(_AlertChecks):
@@ -107,6 +110,11 @@ class _Checker(_AlertChecks):
         keep = self.keep(data, retention)
         targets = self.targets(data)
         metrics = self.metrics(data)
+        publish = self.publish(data)
+        if publish is not None and isinstance(database, Path) and isinstance(host, str) \
+                and os.path.normpath(publish.dir / f"{host}.db") == os.path.normpath(database):
+            self.error(("publish", "dir"), f"the copy {publish.dir / f'{host}.db'} would be "
+                       "the database itself; publish to another directory")
         alerts = self.alerts(data, self.target_names)
         if self.errors:
             return None
@@ -126,6 +134,7 @@ class _Checker(_AlertChecks):
             abandon_after=abandon_after,
             allow_network_database=allow_network_database,
             keep=keep,
+            publish=publish,
         )
 
     def baseline(self, data: Mapping[str, Any]) -> BaselineConfig:
@@ -241,9 +250,44 @@ class _Checker(_AlertChecks):
         path: KeyPath = ("metrics",)
         self.unknown_keys(table, _METRICS_KEYS, path)
         listen = self.get(table, "listen", path, _parse_listen, ("127.0.0.1", 9877))
-        if listen is _MISSING:
+        textfile = self.get(table, "textfile", path,
+                            lambda v: self.path_value(v, relative_ok=False), None)
+        if textfile is not None and textfile is not _MISSING and textfile.suffix != ".prom":
+            self.error((*path, "textfile"), "node_exporter's textfile collector reads only "
+                       "*.prom files; name one in its --collector.textfile.directory, e.g. "
+                       "\"/var/lib/prometheus/node-exporter/slowdown.prom\"; got "
+                       f"{str(textfile)!r}")
+            textfile = _MISSING
+        every = self.get(table, "textfile_every", path, _positive_duration, 15.0)
+        if every is not _MISSING and not 1 <= every <= 300:
+            self.error((*path, "textfile_every"),
+                       f"must be 1s to 5m; got {format_duration(every)}")
+        if "textfile_every" in table and "textfile" not in table:
+            self.error((*path, "textfile_every"), "applies only with textfile")
+        if any(v is _MISSING for v in (listen, textfile, every)):
             return None
-        return MetricsConfig(listen_host=listen[0], listen_port=listen[1])
+        # A textfile alone opens no port: the endpoint is served when listen is written, or
+        # when there is no textfile (the table's meaning before textfiles).
+        return MetricsConfig(listen_host=listen[0], listen_port=listen[1],
+                             serve="listen" in table or textfile is None, textfile=textfile,
+                             textfile_every=every)
+
+    def publish(self, data: Mapping[str, Any]) -> PublishConfig | None:
+        """[publish]: copies of the database for cluster views (probe/publish.py)."""
+        table = self.table(data, "publish", ())
+        if table is None:
+            return None
+        path: KeyPath = ("publish",)
+        self.unknown_keys(table, _PUBLISH_KEYS, path)
+        directory = self.get(table, "dir", path, lambda v: self.path_value(v, relative_ok=False),
+                             _REQUIRED)
+        every = self.get(table, "every", path, _positive_duration, 300.0)
+        if every is not _MISSING and every < 60:
+            self.error((*path, "every"), "must be at least 1m (each publish copies the whole "
+                       f"database); got {format_duration(every)}")
+        if any(v is _MISSING for v in (directory, every)):
+            return None
+        return PublishConfig(dir=directory, every=every)
 
 
 def validate(

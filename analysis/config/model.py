@@ -167,14 +167,30 @@ class KeepConfig:
 
 @dataclass(frozen=True)
 class MetricsConfig:
+    """The HTTP endpoint (``serve``: on unless only a textfile is configured) and the file
+    for node_exporter's textfile collector (``textfile``, rewritten every ``textfile_every``
+    seconds)."""
+
     listen_host: str = "127.0.0.1"
     listen_port: int = 9877
+    serve: bool = True
+    textfile: Path | None = None
+    textfile_every: float = 15.0
 
     @property
     def listen(self) -> str:
         """``host:port`` as written in the file (IPv6 addresses in brackets)."""
         host = f"[{self.listen_host}]" if ":" in self.listen_host else self.listen_host
         return f"{host}:{self.listen_port}"
+
+
+@dataclass(frozen=True)
+class PublishConfig:
+    """Where the service publishes a copy of its database (``<dir>/<host>.db``) and how
+    often (seconds)."""
+
+    dir: Path
+    every: float = 300.0
 
 
 @dataclass(frozen=True)
@@ -236,6 +252,7 @@ class Config:
     # local one) unless this says that only this node ever writes it.
     allow_network_database: bool = False
     keep: KeepConfig = KeepConfig()
+    publish: PublishConfig | None = None  # copies for cluster views: off unless configured
 
     def target(self, name: str) -> Target:
         """The target of that name; KeyError when there is none."""

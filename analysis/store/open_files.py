@@ -70,19 +70,32 @@ def read_only_uri(path: Path) -> str:
     create ``-wal`` and ``-shm`` files beside it (and leave them there), or fail where it may
     not write. Without a ``-wal`` file every committed page is in the file itself, so such a
     database is opened ``immutable``. The path is quoted: ``#`` and ``?`` are URI syntax.
+
+    A rollback-journal database is a copy published to a shared directory
+    (``probe/publish.py``: slowdown's own writer always uses WAL), which is never changed in
+    place, only replaced by a rename: it is opened ``immutable`` too, unless a hot journal
+    beside it says a writer of some other kind was interrupted. That takes no lock, so it
+    reads on a network filesystem whose locks do not work (Lustre without ``flock``), and a
+    reader that has it open keeps reading the whole file it opened while a newer copy
+    replaces it.
     """
     resolved = path.resolve()
     uri = f"file:{quote(str(resolved))}?mode=ro"
-    if not Path(f"{resolved}-wal").exists() and _is_wal(resolved):
+    # The file that would hold what is not in the file itself yet: none, nothing missing.
+    pending = {"wal": "-wal", "rollback": "-journal"}.get(_journal_mode(resolved) or "")
+    if pending is not None and not Path(f"{resolved}{pending}").exists():
         uri += "&immutable=1"
     return uri
 
 
-def _is_wal(path: Path) -> bool:
-    """Whether the file's header says WAL mode (read and write versions 2, bytes 18-19)."""
+def _journal_mode(path: Path) -> str | None:
+    """``wal`` or ``rollback`` as the file's header says (read and write versions, bytes
+    18-19: 2 for WAL, 1 for a rollback journal), None for what is not an SQLite file."""
     try:
         with open(path, "rb") as f:
             header = f.read(20)
     except OSError:
-        return False
-    return header[:16] == b"SQLite format 3\x00" and header[18:20] == b"\x02\x02"
+        return None
+    if header[:16] != b"SQLite format 3\x00":
+        return None
+    return {b"\x02\x02": "wal", b"\x01\x01": "rollback"}.get(header[18:20])

@@ -105,6 +105,23 @@ def _set_wal(conn: sqlite3.Connection, timeout: float) -> None:
             time.sleep(0.01)
 
 
+def _refuse_copy(conn: sqlite3.Connection, path: Path) -> None:
+    """A copy published to a shared directory (probe/publish.py) is read, never written: what
+    was written into it would be lost at the next publish, and it would become WAL there."""
+    try:
+        row = conn.execute("SELECT value FROM state WHERE key = 'published'").fetchone()
+    except sqlite3.OperationalError:  # a new file, or one from before the state table
+        return
+    if row is not None:
+        try:
+            mark = json.loads(row[0])
+        except ValueError:
+            mark = None
+        mark = mark if isinstance(mark, dict) else {}
+        raise StoreError(f"{path}: a copy published by host {mark.get('host', '?')}, read only; "
+                         "write to that node's own database (its next copy carries it)")
+
+
 class _HistSum:
     """SQL aggregate ``hist_sum(hist)``: the merge of many histogram blobs (for rollups)."""
 
@@ -203,6 +220,7 @@ class Store:
                     )
                 READERS.using(self)
             else:
+                _refuse_copy(self._conn, self.path)  # before WAL: never on a shared copy
                 _set_wal(self.conn, timeout)
                 self.conn.execute("PRAGMA synchronous = FULL")
                 schema.migrate(self.conn, str(self.path), progress=migration_progress)
