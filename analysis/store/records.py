@@ -59,6 +59,13 @@ def overlap_units(start: int, span: int, first: int | None, end: int | None) -> 
     return max(0, hi - lo) * (UNIT // span)
 
 
+def error_rate(samples: float, errors: float) -> float | None:
+    """Failed ops over attempts (completed plus failed): what ``stats`` counts, the
+    ``error_rate`` alert rules watch and ``check`` judges; None without an attempt."""
+    attempts = samples + errors
+    return errors / attempts if attempts else None
+
+
 def minute_of(timestamp: float) -> int:
     """Start of the UTC minute holding ``timestamp``."""
     return int(timestamp // MINUTE) * MINUTE
@@ -81,6 +88,11 @@ class Aggregate:
     def samples(self) -> float:
         """Values in the window: whole ones, or fractions where a record is cut by an edge."""
         return self.histogram.count / self.unit
+
+    @property
+    def error_rate(self) -> float | None:
+        """Failed ops over attempts in the window (``error_rate``); None without one."""
+        return error_rate(self.samples, self.errors)
 
     def add(self, other: Aggregate) -> None:
         if other.unit != self.unit:
