@@ -144,8 +144,10 @@ class Service:
         with self._flush_lock:
             now = time.time()
             minute = minute_of(now)
-            for runner in self.runners:  # ops in flight at the minute's end count as stuck
-                runner.note_stuck(minute - 0.001)
+            # Ops in flight at the minute's end (at exit: now, the end of the partial minute
+            # written) count as stuck, and as not returned yet at the end of that record.
+            for runner in self.runners:
+                runner.note_stuck(now if everything else minute - 0.001, at_end=True)
             # The node sample covers the time since the previous one: the minute that just
             # ended, or at exit the current, partial minute.
             self.recorder.node(self.node.sample(minute if everything else minute - MINUTE))

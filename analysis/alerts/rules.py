@@ -115,7 +115,7 @@ class Evaluator:
         if rule.kind == "error_rate":
             info["value"] = agg.error_rate
         elif rule.kind == "stuck":
-            stuck = max(agg.stuck, live)
+            stuck = max(agg.stuck_end, live)  # a hang that is over resolves
             info["value"] = stuck if (agg.records or live) else None
         else:
             o = op_slowdown(self.stores, self.book, target, op, rule.window, rule.statistic,

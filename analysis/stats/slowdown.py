@@ -78,8 +78,9 @@ def op_slowdown(stores: Sequence[Store], book: BaselineBook, target: str, op: st
     if agg is None:
         agg = aggregate(stores, window_selection(now, window, hosts=hosts, targets=(target,),
                                                  ops=(op,)))
-    if live_stuck > agg.stuck:
-        agg.stuck = live_stuck
+    if live_stuck > agg.stuck_end:  # in flight right now: its age now
+        agg.stuck = max(agg.stuck, live_stuck)
+        agg.stuck_end = live_stuck
     observed = estimate(agg, statistic, confidence)
     return OpSlowdown(target, op, window, observed, book.expected(target, op, statistic, now),
                       agg.samples, agg.errors)

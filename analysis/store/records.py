@@ -17,7 +17,9 @@ class Record:
 
     ``histogram`` carries count, sum, sum of squares, min and max of the successful ops;
     ``errors`` counts failed ops, ``skipped`` ticks that found the previous run still going,
-    ``stuck`` is the longest age (seconds) an op had been in flight during the span.
+    ``stuck`` is the longest age (seconds) an op had been in flight during the span, and
+    ``stuck_end`` the age at the span's end of the oldest op still in flight then (0 when
+    none): the hang that is not over yet, which raises the windows that end there.
     """
 
     host: str
@@ -29,6 +31,7 @@ class Record:
     skipped: int = 0
     stuck: float = 0.0
     span: int = MINUTE
+    stuck_end: float = 0.0
 
     @property
     def key(self) -> tuple[str, str, str, int]:
@@ -40,6 +43,7 @@ class Record:
         self.errors += other.errors
         self.skipped += other.skipped
         self.stuck = max(self.stuck, other.stuck)
+        self.stuck_end = max(self.stuck_end, other.stuck_end)
 
 
 # A window takes every record that overlaps it, each in proportion to the part of its span
@@ -78,7 +82,11 @@ class Aggregate:
     histogram: Histogram = field(default_factory=Histogram)
     errors: float = 0  # whole, or with fractions where a window cuts a record
     skipped: float = 0
-    stuck: float = 0.0
+    stuck: float = 0.0  # the longest stuck age of any record in the window
+    # The stuck age at the window's end: of each series, its latest record's ``stuck_end``
+    # (an op that has returned since counts by its recorded latency instead). The statistics
+    # are raised to this one (SPEC section 4, docs/WINDOWS.md).
+    stuck_end: float = 0.0
     records: int = 0
     unit: int = 1  # the histogram's counts and sums are in samples times ``unit``
     first: int | None = None  # start of the earliest record merged
@@ -101,6 +109,7 @@ class Aggregate:
         self.errors += other.errors
         self.skipped += other.skipped
         self.stuck = max(self.stuck, other.stuck)
+        self.stuck_end = max(self.stuck_end, other.stuck_end)  # other series, same end
         self.records += other.records
         starts = [t for t in (self.first, other.first) if t is not None]
         self.first = min(starts) if starts else None
