@@ -444,7 +444,8 @@ class Service:
         finish_by = time.monotonic() + FINISH_WAIT
         for runner in self.runners:
             runner.wait_saved(max(0.0, finish_by - time.monotonic()))
-        for runner in self.runners:
+        for runner in self.runners:  # what is still in flight now is never recorded: the last
+            runner.note_stuck(at_end=True)  # record ends with it stuck, so windows say so
             runner.close()
         ok = self.flush(everything=True)
         if self.alerts is not None:
