@@ -214,3 +214,65 @@ def test_the_service_writes_whether_the_op_was_still_in_flight(tmp_path):
     assert not at(minute + 60)["data-read"]["raised_to_stuck"]  # the first hang is over
     still = at(minute + 120)["data-read"]  # the service stopped with the op in flight
     assert still["raised_to_stuck"] and still["observed"] >= 2.0, still
+
+
+def test_every_read_path_takes_the_stuck_age_of_each_hosts_latest_record(tmp_path):
+    """Three hosts: n0's hang is over (records follow it), n1's op is stuck at the end of the
+    last minute, n2 stopped with an op in flight half an hour ago. One file at a time, the
+    cluster's nested windows and history's cells agree on the stuck age at each end."""
+    from slowdown.analysis.stats import series
+    from slowdown.analysis.store import Selection, aggregate
+    from slowdown.analysis.store.cluster_windows import nested_windows
+    from tests.datakit import fill, lognormal
+
+    end = NOV + 120 * 60
+    fill(tmp_path / "n0.db", NOV, 120, lognormal(0.001), host="n0", ops=("md-stat",),
+         stuck={end - 120: 70.0})
+    fill(tmp_path / "n1.db", NOV, 120, lognormal(0.001), host="n1", ops=("md-stat",),
+         stuck={end - 60: 40.0}, seed=1)
+    fill(tmp_path / "n2.db", NOV, 90, lognormal(0.001), host="n2", ops=("md-stat",),
+         stuck={NOV + 89 * 60: 50.0}, seed=2)
+    stores = [Store(p, readonly=True) for p in sorted(tmp_path.glob("n*.db"))]
+    try:
+        wanted = {60: 40.0, 600: 40.0, 3600: 50.0}
+        nested = nested_windows(stores, Selection(), end, list(wanted))
+        for span, age in wanted.items():
+            alone = aggregate(stores, Selection(ops=("md-stat",), start=end - span, end=end))
+            assert (alone.stuck_end, nested[("work", "md-stat", span)].stuck_end) == (age, age)
+            assert alone.stuck == max(age, 70.0 if span >= 120 else 0.0)  # during: kept
+        cells = series.history(stores, Selection(start=end - 3600, end=end), 600, ["median"])
+        assert cells.stuck_end.tolist() == [0, 0, 50.0, 0, 0, 40.0]
+        assert cells.stuck.tolist() == [0, 0, 50.0, 0, 0, 70.0]
+    finally:
+        for store in stores:
+            store.close()
+
+
+def test_migration_7_marks_a_stuck_age_no_completed_op_matches_as_in_flight(tmp_path):
+    """Records of schema 6: a minute whose stuck age its own latencies do not reach was still
+    stuck at its end; one holding the hung op's latency (or longer) is over."""
+    import sqlite3
+
+    from slowdown.analysis.histogram import Histogram
+    from slowdown.analysis.store import schema
+    from slowdown.analysis.store.records import Record
+
+    def record(start: int, values: list[float], stuck: float) -> Record:
+        h = Histogram()
+        h.record_many(np.asarray(values, dtype=np.float64))
+        return Record("n1", "work", "data-read", start, h, stuck=stuck)
+
+    db = tmp_path / "n1.db"
+    with Store(db) as store:
+        store.write([record(NOV, [0.001] * 5, 0.0), record(NOV + 60, [0.001] * 5, 30.0),
+                     record(NOV + 120, [0.001, 45.0], 44.0), record(NOV + 180, [], 12.0)])
+    with sqlite3.connect(db) as conn:
+        for table in ("minutes", "hours"):
+            conn.execute(f"ALTER TABLE {table} DROP COLUMN stuck_end")
+        conn.execute("PRAGMA user_version = 6")
+    with Store(db, readonly=True) as old:  # read as it is: every stuck age as at the end
+        assert [r.stuck_end for r in old.records()] == [0.0, 30.0, 44.0, 12.0]
+    with Store(db) as store:
+        assert schema.version_of(store.conn) == schema.VERSION
+        assert [(r.stuck, r.stuck_end) for r in store.records()] == \
+            [(0.0, 0.0), (30.0, 30.0), (44.0, 0.0), (12.0, 12.0)]
