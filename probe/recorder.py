@@ -99,12 +99,18 @@ class Recorder:
                     rec.skipped += 1
         self._notify("skipped", target, ops, wall)
 
-    def stuck(self, target: str, op: str, age: float, wall: float) -> None:
-        """An op still in flight at ``wall`` for ``age`` seconds."""
+    def stuck(self, target: str, op: str, age: float, wall: float, at_end: bool = False
+              ) -> None:
+        """An op still in flight at ``wall`` for ``age`` seconds; ``at_end``: still in flight
+        at the end of the time its minute's record covers (the minute's end, or at exit the
+        moment of the last flush), so that windows ending there are raised to its age, and
+        no window after the minute in which it returns."""
         with self._lock:
             rec = self._record(target, op, wall)
             if rec is not None:
                 rec.stuck = max(rec.stuck, age)
+                if at_end:
+                    rec.stuck_end = max(rec.stuck_end, age)
         self._notify("stuck", target, op, age, wall)
 
     def node(self, context: NodeContext) -> None:

@@ -239,12 +239,13 @@ class TargetRunner:
                     flights.append((position[0], now - position[1], handle.pid))
         return flights
 
-    def note_stuck(self, wall: float | None = None) -> None:
-        """Record the age of ops in flight longer than the interval (at least once a minute)."""
+    def note_stuck(self, wall: float | None = None, at_end: bool = False) -> None:
+        """Record the age of ops in flight longer than the interval (at least once a minute);
+        ``at_end``: at the end of what the minute's record covers (the hang not over there)."""
         wall = self.wall() if wall is None else wall
         for op, age, _ in self.in_flight():
             if age > self.interval:
-                self.recorder.stuck(self.name, op, age, wall)
+                self.recorder.stuck(self.name, op, age, wall, at_end=at_end)
 
     def finish_round(self) -> None:
         """A clean stop: ask the worker to end the md round in progress and save the exact

@@ -30,7 +30,6 @@ import time
 import zlib
 from collections.abc import Callable
 from concurrent import futures
-from pathlib import Path
 
 from apscheduler.executors.debug import DebugExecutor
 from apscheduler.executors.pool import ThreadPoolExecutor
@@ -41,6 +40,7 @@ from slowdown.analysis.alerts import ServiceAlerts
 from slowdown.analysis.config import Config
 from slowdown.analysis.stats import baseline
 from slowdown.analysis.store import Store, retention, schema
+from slowdown.analysis.store.live import live_path
 from slowdown.analysis.store.records import MINUTE, minute_of
 from slowdown.probe.database_claim import Held, Refused, claim_database, lock_database, release
 from slowdown.probe.exports import Exports
@@ -60,11 +60,6 @@ LOCK_WAIT = 5.0  # seconds the start waits for the workers to lock their workspa
 def phase_of(host: str, interval: float) -> float:
     """A fixed per-host offset in [0, interval): a thousand nodes do not all probe at :00.000."""
     return (zlib.crc32(host.encode()) % 1000) / 1000.0 * interval
-
-
-def live_path(database: Path) -> Path:
-    """Where the live state is published: beside the database, readable by ``slowdown watch``."""
-    return database.with_name(database.name + ".live.json")
 
 
 class Service:
@@ -146,8 +141,8 @@ class Service:
         with self._flush_lock:
             now = time.time()
             minute = minute_of(now)
-            for runner in self.runners:  # ops in flight at the minute's end count as stuck
-                runner.note_stuck(minute - 0.001)
+            for runner in self.runners:  # in flight at the record's end (at exit: now): stuck
+                runner.note_stuck(now if everything else minute - 0.001, at_end=True)
             # The node sample covers the time since the previous one: the minute that just
             # ended, or at exit the current, partial minute.
             self.recorder.node(self.node.sample(minute if everything else minute - MINUTE))
@@ -256,7 +251,7 @@ class Service:
         block each time (a disk write a second, for ever); in place, the page is written back
         with the rest. The text is padded with spaces to whole KiB and never shrinks, so no
         tail of a longer earlier state is left behind it; a reader that meets a write half
-        done reads again (``readside.read_live``).
+        done reads again (``analysis/store/live.py``).
         """
         if self._live_fd is None:
             self._live_fd = os.open(self.live_file, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW
@@ -446,7 +441,8 @@ class Service:
         finish_by = time.monotonic() + FINISH_WAIT
         for runner in self.runners:
             runner.wait_saved(max(0.0, finish_by - time.monotonic()))
-        for runner in self.runners:
+        for runner in self.runners:  # still in flight, never recorded: the last record ends
+            runner.note_stuck(at_end=True)  # with it stuck, so windows say so
             runner.close()
         ok = self.flush(everything=True)
         if self.alerts is not None:

@@ -23,7 +23,9 @@ def fill(path: Path, start: int, minutes: int, sampler: Callable[[np.random.Gene
          np.ndarray], *, host: str = "n1", targets: Iterable[str] = ("work",),
          ops: Iterable[str] = OPS, seed: int = 0, per_minute: int = 60,
          stuck: dict[int, float] | None = None) -> list[np.ndarray]:
-    """Write ``minutes`` minute records per (target, op); returns the raw samples written."""
+    """Write ``minutes`` minute records per (target, op); returns the raw samples written.
+    ``stuck``: per minute start, the age of an op still in flight at that minute's end (its
+    ``stuck`` and ``stuck_end``)."""
     rng = np.random.default_rng(seed)
     raw: list[np.ndarray] = []
     targets, ops = tuple(targets), tuple(ops)
@@ -38,8 +40,8 @@ def fill(path: Path, start: int, minutes: int, sampler: Callable[[np.random.Gene
                         raw.append(values)
                         h = Histogram()
                         h.record_many(values)
-                        batch.append(Record(host, target, op, t, h,
-                                            stuck=(stuck or {}).get(t, 0.0)))
+                        age = (stuck or {}).get(t, 0.0)
+                        batch.append(Record(host, target, op, t, h, stuck=age, stuck_end=age))
             store.write(batch)
     return raw
 

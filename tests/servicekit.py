@@ -16,8 +16,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from slowdown.analysis.cli.scope import read_live
 from slowdown.analysis.store import Selection, Store
+from slowdown.analysis.store.live import read_live
 
 
 @dataclass

@@ -66,7 +66,7 @@ def db(tmp_path_factory) -> Path:
     with Store(path) as store:
         store.write(
             [Record("n1", "work", "md-stat", STUCK_MINUTE, Histogram(), errors=3, skipped=2,
-                    stuck=12.0),
+                    stuck=12.0, stuck_end=12.0),  # still in flight as the minute ended
              Record("n1", "work", "md-stat", STUCK_MINUTE + 60, Histogram(), errors=1)],
             [NodeContext("n1", NOV + 60 * m, node_values(m)) for m in range(180)])
     lat = path.parent / "l_clat.1.log.nodeA"

@@ -217,7 +217,7 @@ def test_eio_and_enospc_are_counted_as_errors_and_the_service_keeps_running(tmp_
 def test_the_live_state_is_rewritten_in_place_every_second(tmp_path):
     """One file, overwritten in place (no new file renamed over it each second), padded to
     whole KiB, fresh, and read whole every time by the read side's reader."""
-    from slowdown.analysis.cli.scope import read_live
+    from slowdown.analysis.store.live import read_live
 
     config, database = prepared(tmp_path, [TargetSpec("one", tmp_path / "one")])
     path = database.with_name(database.name + ".live.json")

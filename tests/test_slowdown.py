@@ -73,7 +73,7 @@ def test_a_stuck_op_raises_every_statistic(tmp_path):
         e = estimate(hung, name)
         assert (e.value, e.raised, e.stuck) == (40.0, True, 40.0)
         assert not estimate(calm, name).raised
-    empty = Aggregate(stuck=12.5)  # no op finished at all: still slow, not "no data"
+    empty = Aggregate(stuck=12.5, stuck_end=12.5)  # no op finished at all: slow, not "no data"
     assert estimate(empty, "median").value == 12.5
 
 

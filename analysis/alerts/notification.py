@@ -67,7 +67,7 @@ class Notification:
         if self.kind == "error_rate":
             return f"error rate over {window}"
         if self.kind == "stuck":
-            return f"longest stuck op over {window}"
+            return f"longest op still stuck over {window}"
         return f"slowdown of {self.statistic} over {window}"
 
     def show(self, value: float | None) -> str:

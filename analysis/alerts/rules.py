@@ -113,10 +113,9 @@ class Evaluator:
         count, errors = agg.samples, agg.errors
         info: dict[str, Any] = {"count": round(count), "errors": round(errors)}
         if rule.kind == "error_rate":
-            attempts = count + errors
-            info["value"] = errors / attempts if attempts else None
+            info["value"] = agg.error_rate
         elif rule.kind == "stuck":
-            stuck = max(agg.stuck, live)
+            stuck = max(agg.stuck_end, live)  # a hang that is over resolves
             info["value"] = stuck if (agg.records or live) else None
         else:
             o = op_slowdown(self.stores, self.book, target, op, rule.window, rule.statistic,

@@ -18,27 +18,67 @@ from slowdown.analysis.units import format_age, format_clock, format_duration
 OK, WARNING, CRITICAL, UNKNOWN = 0, 1, 2, 3
 STATE_NAMES = ("OK", "WARNING", "CRITICAL", "UNKNOWN")
 
+# Error rates (failed ops over attempts in the window) that turn check WARNING and CRITICAL
+# when neither an option nor an error_rate alert rule of the window sets them. The probe
+# makes about 60 attempts of each op a minute, 600 in the default 10-minute window: one
+# transient error is 0.2 %, and a filesystem that fails one op in twenty for ten minutes (5 %,
+# 30 failures) is failing users whatever its latency says; one in four (25 %) fails most
+# multi-file jobs outright. Above a level, never at it, as the alert rules have it.
+ERRORS_WARNING = 0.05
+ERRORS_CRITICAL = 0.25
 
-def _thresholds(config, statistic: str, window: float) -> tuple[float | None, float | None]:
-    """Warning and critical levels from the configuration's slowdown alert rules."""
-    rules = [r for r in config.alerts if r.kind == "slowdown"
-             and r.statistic == statistic and r.window == window]
+
+def _thresholds(config, kind: str, window: float, statistic: str | None = None
+                ) -> tuple[float | None, float | None]:
+    """Warning and critical levels from the configuration's alert rules of ``kind``
+    (``slowdown`` of the statistic, or ``error_rate``) over the same window."""
+    rules = [r for r in config.alerts if r.kind == kind and r.window == window
+             and (statistic is None or r.statistic == statistic)]
     warn = min((r.above for r in rules if r.above is not None), default=None)
     crit = min((r.critical for r in rules if r.critical is not None), default=None)
     return warn, crit
 
 
+def parse_rate(text: str | None, flag: str) -> float | None:
+    """An error rate given as a percentage (``5%``) or a fraction (``0.05``)."""
+    if text is None:
+        return None
+    raw = text.strip()
+    try:
+        value = float(raw[:-1]) / 100.0 if raw.endswith("%") else float(raw)
+    except ValueError:
+        raise click.BadParameter(f"{text!r} is not a rate (5% or 0.05)", param_hint=flag) \
+            from None
+    if not 0.0 <= value <= 1.0:
+        raise click.BadParameter(f"{text!r} is outside 0..100 %", param_hint=flag)
+    return value
+
+
+def _level(value: float, warn: float, crit: float) -> int:
+    return CRITICAL if value > crit else WARNING if value > warn else OK
+
+
+def _percent(rate: float) -> str:
+    """93.3%, 0.167%, 100%: enough digits to see one failure in a 10-minute window."""
+    return f"{rate * 100:.3g}%"
+
+
 EPILOG = """\b
 Exit status (the monitoring-plugin convention):
-  0  OK        every target's slowdown at or below --warning
-  1  WARNING   a slowdown above --warning
-  2  CRITICAL  a slowdown above --critical
+  0  OK        every target's slowdown at or below --warning, and every
+               op's error rate at or below --errors-warning
+  1  WARNING   a slowdown above --warning, or an op's error rate (failed ops
+               over attempts in the window) above --errors-warning
+  2  CRITICAL  a slowdown above --critical, or an error rate above
+               --errors-critical
   3  UNKNOWN   no numbers to judge: the service is collecting its first
                minute ("collecting since ..., first numbers at ..."), the
                newest record is older than --stale (a stopped service is
                named: "service stopped; numbers from ..., 7m ago"), no data,
                no such or a damaged database, a bad option or configuration
-The first line of output is "SLOWDOWN <STATE> - <text> | <perfdata>".
+The first line of output is "SLOWDOWN <STATE> - <text> | <perfdata>": per target
+its slowdown ('work'=1.020;3;10;0) and its worst op's error rate in percent
+('work errors'=93.3%;5;25;0;100); the text names an op that failed and its rate.
 """
 
 
@@ -62,25 +102,36 @@ class PluginCommand(click.Command):
               help="WARNING above this slowdown (default: from alert rules, else 3).")
 @click.option("-c", "--critical", type=float, default=None,
               help="CRITICAL above this slowdown (default: from alert rules, else 10).")
+@click.option("--errors-warning", "errors_warning", default=None, metavar="RATE",
+              help="WARNING above this error rate of an op, as 5% or 0.05 (default: from "
+                   "error_rate alert rules of the window, else 5%).")
+@click.option("--errors-critical", "errors_critical", default=None, metavar="RATE",
+              help="CRITICAL above this error rate of an op (default: from error_rate "
+                   "alert rules of the window, else 25%).")
 @click.option("--stale", default="3m", show_default=True,
               help="UNKNOWN when the newest record is older than this.")
 @click.pass_context
-def check(ctx, dbs, targets, hosts, ops, at, window, statistic, warning, critical, stale):
+def check(ctx, dbs, targets, hosts, ops, at, window, statistic, warning, critical,
+          errors_warning, errors_critical, stale):
     """Monitoring-plugin mode: exit 0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN, with perfdata."""
     try:
         reader = cli.open_reader(ctx, dbs, targets, hosts, ops, at)
         span = cli.parse_duration_option(window, "--window")
         stale_after = cli.parse_duration_option(stale, "--stale")
         stat = cli.parse_statistic_option(statistic) if statistic else reader.config.statistics[0]
+        errors_warn = parse_rate(errors_warning, "--errors-warning")
+        errors_crit = parse_rate(errors_critical, "--errors-critical")
     except click.ClickException as exc:
         click.echo(f"SLOWDOWN UNKNOWN - {exc.format_message()}")
         sys.exit(UNKNOWN)
     except click.exceptions.Exit:  # the configuration's mistakes, listed on standard error
         click.echo("SLOWDOWN UNKNOWN - the configuration has errors (listed on standard error)")
         sys.exit(UNKNOWN)
-    warn_cfg, crit_cfg = _thresholds(reader.config, stat, span)
-    warn = warning if warning is not None else (warn_cfg if warn_cfg is not None else 3.0)
-    crit = critical if critical is not None else (crit_cfg if crit_cfg is not None else 10.0)
+    warn, crit = _levels((warning, critical), _thresholds(reader.config, "slowdown", span, stat),
+                         (3.0, 10.0))
+    errors_warn, errors_crit = _levels((errors_warn, errors_crit),
+                                       _thresholds(reader.config, "error_rate", span),
+                                       (ERRORS_WARNING, ERRORS_CRITICAL))
     target_ops = reader.target_ops()
     states = reader.target_states()
     collecting = {t: ts for t, ts in states.items()
@@ -104,15 +155,25 @@ def check(ctx, dbs, targets, hosts, ops, at, window, statistic, warning, critica
         sys.exit(UNKNOWN)
     for target, (ts,) in results.items():
         value = ts.value
-        if value is None:
-            state = UNKNOWN
+        failing = _worst_errors(ts)
+        if value is None and (failing is None or not failing.error_rate):
+            levels.append(UNKNOWN)
             parts.append(f"{target} no data")
-        else:
-            state = CRITICAL if value > crit else WARNING if value > warn else OK
-            worst = ts.worst
-            parts.append(f"{target} {fmt_ratio(value)} ({worst.op})")
+            continue
+        text = []
+        if value is not None:
+            levels.append(_level(value, warn, crit))
+            text.append(f"{fmt_ratio(value)} ({ts.worst.op})")
             perf.append(f"'{target}'={value:.3f};{warn:g};{crit:g};0")
-        levels.append(state)
+        if failing is not None:
+            rate, op = failing.error_rate, failing.op
+            levels.append(_level(rate, errors_warn, errors_crit))
+            if rate > 0:
+                text.append(f"{_percent(rate)} of {op} failed ({round(failing.errors)} of "
+                            f"{round(failing.errors + failing.samples)})")
+            perf.append(f"'{target} errors'={rate * 100:.1f}%;{errors_warn * 100:g};"
+                        f"{errors_crit * 100:g};0;100")
+        parts.append(f"{target} {', '.join(text)}")
     for target, ts in collecting.items():
         levels.append(UNKNOWN)
         parts.append(f"{target} {collecting_text(ts, reader.now)}")
@@ -128,6 +189,19 @@ def check(ctx, dbs, targets, hosts, ops, at, window, statistic, warning, critica
                + "".join(f"; {note}" for note in notes)
                + (f" | {' '.join(perf)}" if perf else ""))
     sys.exit(worst_state)
+
+
+def _levels(given: tuple, configured: tuple, defaults: tuple) -> tuple[float, float]:
+    """Warning and critical levels: the options', else the alert rules', else the defaults."""
+    return tuple(g if g is not None else c if c is not None else d  # type: ignore[return-value]
+                 for g, c, d in zip(given, configured, defaults))
+
+
+def _worst_errors(ts):
+    """The op of a target with the highest error rate in the window (the first of equals),
+    None when no op was attempted."""
+    rated = [o for o in ts.ops if o.error_rate is not None]
+    return max(rated, key=lambda o: o.error_rate) if rated else None
 
 
 def _stale(reader, newest: float, states: dict) -> str:

@@ -85,11 +85,11 @@ class _HistoryTable:
         quantile_stats = [s for s in self.stats if s not in ("mean", "max")]
         cells = series.history(stores, selection, self.step, quantile_stats,
                                moments="mean" in self.stats or "max" in self.stats)
-        columns = {s: series.raised(cells.quantiles[s], cells.stuck) for s in quantile_stats}
+        columns = {s: series.raised(cells.quantiles[s], cells.stuck_end) for s in quantile_stats}
         if "mean" in self.stats:
-            columns["mean"] = series.raised(series.mean_of(cells), cells.stuck)
+            columns["mean"] = series.raised(series.mean_of(cells), cells.stuck_end)
         if "max" in self.stats:
-            columns["max"] = series.raised(cells.max, cells.stuck)
+            columns["max"] = series.raised(cells.max, cells.stuck_end)
         book = self.reader.book() if stores is self.reader.stores else \
             BaselineBook(stores, self.reader.config.baseline.expected)
         first = int(cells.start.min()) if len(cells) else 0

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import sqlite3
 import time
 from collections.abc import Sequence
@@ -16,6 +15,7 @@ from slowdown.analysis.config import Config, ConfigError, load
 from slowdown.analysis.stats.baseline import BaselineBook
 from slowdown.analysis.stats.window import quantile_of
 from slowdown.analysis.store import Selection, Store, StoreError, expand_paths
+from slowdown.analysis.store.live import read_live
 from slowdown.analysis.store.merged import Merged, merged
 from slowdown.analysis.store.records import MINUTE, minute_of
 from slowdown.analysis.units import format_clock, parse_duration, parse_time
@@ -388,21 +388,6 @@ def _earliest(a: float | None, b: float | None) -> float | None:
 
 def _age(newest: float | None, now: float) -> float | None:
     return None if newest is None else round(max(0.0, now - newest), 3)
-
-
-def read_live(database: Path, tries: int = 5) -> dict | None:
-    """The live state the service publishes beside ``database``, or None. The service
-    overwrites it in place once a second: a read that meets a write half done reads again."""
-    path = database.with_name(database.name + ".live.json")
-    for attempt in range(tries):
-        try:
-            return json.loads(path.read_bytes())
-        except OSError:
-            return None
-        except ValueError:
-            if attempt + 1 < tries:
-                time.sleep(0.01)
-    return None
 
 
 def open_reader(ctx: click.Context, dbs: Sequence[str], targets: Sequence[str],

@@ -14,7 +14,7 @@ the report and ``slowdown history`` show the same numbers.
   and the node context (load, CPU, memory, disk and network of the target's hosts) share the
   columns.
 - **Percentiles** (per op): median, q90, q95, q99 and max of each column's merged histogram,
-  raised to the column's longest stuck age, as ``slowdown history``.
+  raised to the stuck age at the column's end, as ``slowdown history``.
 - **Heat map** (per op): the count of ops per column and latency bucket. Buckets are those
   of the op's stored histograms (at the coarsest scale among its records), coarsened (scale
   lowered, each coarse bucket the union of ``2**k`` fine ones) until the op's latency range
@@ -108,7 +108,7 @@ def statistic_values(cells: series.Cells, statistic: str) -> np.ndarray:
         values = cells.max
     else:
         values = cells.quantiles[statistic]
-    return series.raised(values, cells.stuck)
+    return series.raised(values, cells.stuck_end)
 
 
 def _dense(grid: Grid, starts: np.ndarray, values: np.ndarray, fill: float = math.nan):

@@ -129,7 +129,7 @@ def _target_section(t: dict, doc: dict) -> str:
         parts.append(figure(
             "percentiles", _slug("percentiles", name, op),
             f"<b>Latency percentiles</b> per {format_duration(f['percentiles']['step'])}, "
-            "raised to the longest stuck age",
+            "raised to the stuck age at each column's end",
             f["percentiles"], attrs))
         heat = f["heatmap"]
         parts.append(figure(

@@ -74,7 +74,7 @@ def _completed(stores: Sequence[Store], target: str, op: str, data_from: int,
     describe normal operation, never raised to stuck ages."""
     agg = aggregate(stores, Selection(targets=(target,), ops=(op,), start=data_from,
                                       end=data_to))
-    agg.stuck = 0.0
+    agg.stuck = agg.stuck_end = 0.0
     return agg
 
 

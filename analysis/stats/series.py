@@ -41,7 +41,8 @@ class Cells:
     samples: np.ndarray  # float64: values, with fractions where a cell cuts a record
     errors: np.ndarray
     skipped: np.ndarray
-    stuck: np.ndarray
+    stuck: np.ndarray  # the longest stuck age of any record in the cell
+    stuck_end: np.ndarray  # the stuck age at the cell's end (``store.window.stuck_at_end``)
     sum: np.ndarray | None  # None unless asked for (``moments``)
     sumsq: np.ndarray | None
     min: np.ndarray | None
@@ -56,7 +57,7 @@ class Cells:
 # otherwise scan a whole table for GLOB filters on names).
 _SERIES_SQL = "SELECT s.target, s.op, s.host, s.id FROM series s WHERE {where}"
 _ROW_SQL = "SELECT {columns} FROM {table} r WHERE r.series = ? AND {where} ORDER BY r.start"
-_KEYS = ("start", "count", "errors", "skipped", "stuck")
+_KEYS = ("start", "count", "errors", "skipped", "stuck", schema.STUCK_END)
 _MOMENTS = ("sum", "sumsq", "min", "max")
 _STORED = dict(zip(schema.DERIVED_QUANTILES, schema.DERIVED_COLUMNS))  # quantile -> column
 
@@ -77,23 +78,27 @@ def selected_series(stores: Sequence[Store], selection: Selection) \
 
 def _batches(stores: Sequence[Store], selection: Selection, columns: str,
              tables: Sequence[str] = ("hours", "minutes"), size: int = 4096,
-             spans: bool = False):
+             spans: bool = False, who: bool = False):
     """("target\0op", rows) of every selected record, a batch of rows at a time, in one
     order for any ``columns``: by (target, op), then file, host and time, so that all the
     records of a (target, op) come together; every record that overlaps the range, with
     its span first where ``spans``. Small batches: the memory of one batch's Python
-    objects is reused by the next instead of given back and faulted in again."""
-    for target, op, i, _, sid in sorted(selected_series(stores, selection)):
+    objects is reused by the next instead of given back and faulted in again. With
+    ``who``, each batch's series (host, file) by its number in that order, third."""
+    for number, (target, op, i, _, sid) in enumerate(sorted(selected_series(stores,
+                                                                            selection))):
+        # A file of a schema before the column: its stuck ages, as windows took them then.
+        here = columns.replace(f"r.{schema.STUCK_END}", schema.stuck_end_of(stores[i].version))
         try:
             for table in tables:  # older first
                 span = TABLES_SPAN[table]
                 times, time_params = selection.time_where("r", span)
                 cursor = stores[i].conn.execute(
-                    _ROW_SQL.format(columns=f"{span}, {columns}" if spans else columns,
+                    _ROW_SQL.format(columns=f"{span}, {here}" if spans else here,
                                     table=table, where=times),
                     [sid, *time_params])
                 while rows := cursor.fetchmany(size):
-                    yield f"{target}\0{op}", rows
+                    yield (f"{target}\0{op}", rows, number) if who else (f"{target}\0{op}", rows)
         except sqlite3.DatabaseError as exc:
             raise StoreError(f"{stores[i].path}: {exc}") from None
 
@@ -120,22 +125,25 @@ def _pair(name: str) -> tuple[str, str]:
 
 
 def _numbers(stores: Sequence[Store], selection: Selection, columns: Sequence[str]) \
-        -> tuple[np.ndarray, np.ndarray, list[str]]:
+        -> tuple[np.ndarray, np.ndarray, list[str], np.ndarray]:
     """The records' ``columns`` as one float array (NULL as NaN), the code of each record's
-    (target, op), and the names "target\0op" by code.
+    (target, op), the names "target\0op" by code, and the series (host, file) of each record.
 
     Python's sqlite3 makes an object of every value (~0.1 us each): only what is used is
     read, a batch at a time, so that the objects of one batch are all that exist at once.
     """
     names: dict[str, int] = {}
-    parts, codes = [], []
-    for name, rows in _batches(stores, selection, ", ".join(f"r.{c}" for c in columns[1:]),
-                               spans=True):
+    parts, codes, whose = [], [], []
+    for name, rows, number in _batches(stores, selection,
+                                       ", ".join(f"r.{c}" for c in columns[1:]), spans=True,
+                                       who=True):
         parts.append(np.array(rows, dtype=np.float64))
         codes.append(np.full(len(rows), names.setdefault(name, len(names)), np.int64))
+        whose.append(np.full(len(rows), number, np.int64))
     if not parts:
-        return np.empty((0, len(columns))), np.empty(0, np.int64), list(names)
-    return np.concatenate(parts), np.concatenate(codes), list(names)
+        return (np.empty((0, len(columns))), np.empty(0, np.int64), list(names),
+                np.empty(0, np.int64))
+    return np.concatenate(parts), np.concatenate(codes), list(names), np.concatenate(whose)
 
 
 def history(stores: Sequence[Store], selection: Selection, step: int,
@@ -160,7 +168,7 @@ def histories(stores: Sequence[Store], selection: Selection, steps: Sequence[int
     if len(stored) < len(wanted):
         stored = []
     columns = ["span", *_KEYS, *(_MOMENTS if moments else ()), *stored]
-    rows, code, names = _numbers(stores, selection, columns)
+    rows, code, names, whose = _numbers(stores, selection, columns)
     value = {c: rows[:, i] for i, c in enumerate(columns)}
     order = sorted(range(len(names)), key=names.__getitem__)
     rank = np.empty(len(names), np.int64)
@@ -194,7 +202,8 @@ def histories(stores: Sequence[Store], selection: Selection, steps: Sequence[int
         for i, m in zip(to_merge, merges):
             quantiles[i], extremes[i] = m.result()
     pairs = [_pair(names[i]) for i in order]
-    return [_cells(pairs, g, value, counts[i], extremes[i], quantiles[i], moments)
+    return [_cells(pairs, g, value, counts[i], extremes[i], quantiles[i], moments,
+                   g.at_end(value[schema.STUCK_END], start, whose))
             for i, g in enumerate(groupings)]
 
 
@@ -267,6 +276,20 @@ class _Grouping:
             return _filled(values, 0.0)[self.row_of_cell].astype(dtype)
         return (self.weighted(values) / UNIT).astype(dtype)
 
+    def at_end(self, stuck_end: np.ndarray, start: np.ndarray, whose: np.ndarray) -> np.ndarray:
+        """The stuck age at each cell's end (``store.window.stuck_at_end``): of each series
+        (``whose``), the ``stuck_end`` of its latest record in the cell; the cell's max."""
+        out = np.zeros(len(self))
+        stuck_end = self.pieces(_filled(stuck_end, 0.0))
+        if not stuck_end.any():  # the usual case: no op stuck at any record's end
+            return out
+        cell, start, whose = self.cell_of_row, self.pieces(start), self.pieces(whose)
+        order = np.lexsort((start, whose, cell))  # by cell, series, then time
+        key = cell[order] * (int(whose.max()) + 1) + whose[order]
+        last = order[np.flatnonzero(np.append(key[1:] != key[:-1], True))]  # latest of each
+        np.maximum.at(out, cell[last], stuck_end[last])
+        return out
+
     def reduced(self, values: np.ndarray, ufunc, fill: float) -> np.ndarray:
         values = self.pieces(_filled(values, fill))
         if self.row_of_cell is not None:
@@ -278,7 +301,7 @@ class _Grouping:
 
 def _cells(pairs: list[tuple[str, str]], g: _Grouping, value: dict[str, np.ndarray],
            units: np.ndarray, extremes: tuple, quantiles: dict[str, np.ndarray],
-           moments: bool) -> Cells:
+           moments: bool, stuck_end: np.ndarray) -> Cells:
     code = g.key // g.span
     samples = units / UNIT
     count = np.rint(samples).astype(np.int64)
@@ -290,7 +313,7 @@ def _cells(pairs: list[tuple[str, str]], g: _Grouping, value: dict[str, np.ndarr
         start=g.base + (g.key % g.span) * g.step, count=count, samples=samples,
         errors=np.rint(g.summed(value["errors"])).astype(np.int64),
         skipped=np.rint(g.summed(value["skipped"])).astype(np.int64),
-        stuck=g.reduced(value["stuck"], np.maximum, 0.0),
+        stuck=g.reduced(value["stuck"], np.maximum, 0.0), stuck_end=stuck_end,
         sum=g.summed(value["sum"]) if moments else None,
         sumsq=g.summed(value["sumsq"]) if moments else None,
         min=np.where(empty, np.nan, c_min) if moments else None,
@@ -445,7 +468,8 @@ def mean_of(cells: Cells) -> np.ndarray:
 
 
 def raised(values: np.ndarray, stuck: np.ndarray) -> np.ndarray:
-    """Each value raised to its cell's longest stuck age (NaN and no stuck stays NaN)."""
+    """Each value raised to its cell's stuck age (``Cells.stuck_end``: of an op still stuck
+    at the cell's end); NaN and no stuck age stays NaN."""
     return np.where(np.isnan(values), np.where(stuck > 0, stuck, np.nan),
                     np.maximum(values, stuck))
 

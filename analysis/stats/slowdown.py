@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from slowdown.analysis.stats.baseline import BaselineBook, Expected
 from slowdown.analysis.stats.window import Estimate, estimate
 from slowdown.analysis.store import Selection, Store, aggregate, aggregate_rows
-from slowdown.analysis.store.records import Aggregate, minute_of
+from slowdown.analysis.store.records import Aggregate, error_rate, minute_of
 
 ACCURACY_WINDOWS = (60, 120, 300, 600, 900, 1800, 3600, 7200, 3 * 3600, 6 * 3600, 12 * 3600,
                     86400)
@@ -28,6 +28,13 @@ class OpSlowdown:
     window: float
     observed: Estimate
     expected: Expected | None
+    samples: float = 0.0  # completed ops in the window (fractions where it cuts a record)
+    errors: float = 0.0  # failed ops in the window
+
+    @property
+    def error_rate(self) -> float | None:
+        """Failed ops over attempts in the window (``records.error_rate``)."""
+        return error_rate(self.samples, self.errors)
 
     @property
     def value(self) -> float | None:
@@ -71,10 +78,12 @@ def op_slowdown(stores: Sequence[Store], book: BaselineBook, target: str, op: st
     if agg is None:
         agg = aggregate(stores, window_selection(now, window, hosts=hosts, targets=(target,),
                                                  ops=(op,)))
-    if live_stuck > agg.stuck:
-        agg.stuck = live_stuck
+    if live_stuck > agg.stuck_end:  # in flight right now: its age now
+        agg.stuck = max(agg.stuck, live_stuck)
+        agg.stuck_end = live_stuck
     observed = estimate(agg, statistic, confidence)
-    return OpSlowdown(target, op, window, observed, book.expected(target, op, statistic, now))
+    return OpSlowdown(target, op, window, observed, book.expected(target, op, statistic, now),
+                      agg.samples, agg.errors)
 
 
 def target_slowdowns(stores: Sequence[Store], book: BaselineBook, targets: Sequence[str],

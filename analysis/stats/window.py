@@ -1,8 +1,10 @@
 """Window statistics from merged histograms, with sample counts and confidence intervals.
 
 A window's statistic comes from the merged histogram of its minutes and is raised to the
-longest stuck age in the window: an op stuck for 40 s makes the window at least 40 s slow,
-even if no op completed (a hung filesystem reads as slow, not as "no data").
+stuck age at the window's end (``Aggregate.stuck_end``): an op stuck for 40 s then makes the
+window at least 40 s slow, even if no op completed (a hung filesystem reads as slow, not as
+"no data"). Once the op has returned and its latency is recorded, it counts like any other
+sample and the hang raises the window no more.
 
 Confidence intervals for quantiles are distribution-free: for the ``q``-quantile of ``n``
 values, the order statistics of ranks ``l < u`` cover it with probability
@@ -49,7 +51,7 @@ class Estimate:
     count: int  # values in the merged histogram
     low: float | None = None  # confidence interval, when asked for and defined
     high: float | None = None
-    stuck: float = 0.0  # longest stuck age in the window
+    stuck: float = 0.0  # stuck age at the window's end: of an op not returned by then
     raised: bool = False  # the value is the stuck age, not the histogram's
 
     @property
@@ -141,7 +143,7 @@ def quantile(agg: Aggregate, q: float) -> float:
 
 
 def estimate(agg: Aggregate, statistic: str, confidence: float | None = None) -> Estimate:
-    """The statistic of a merged window, raised to its longest stuck age. ``count`` is the
+    """The statistic of a merged window, raised to its stuck age at its end. ``count`` is the
     number of values, rounded where a window cuts a record (``Aggregate.samples``)."""
     h: Histogram = agg.histogram
     samples, unit = agg.samples, agg.unit
@@ -162,8 +164,9 @@ def estimate(agg: Aggregate, statistic: str, confidence: float | None = None) ->
             ranks = quantile_ranks(n, q, confidence)
             if ranks is not None:
                 low, high = value_at(h, ranks[0], unit), value_at(h, ranks[1], unit)
-    raised = bool(agg.stuck) and (math.isnan(value) or agg.stuck > value)
+    stuck = agg.stuck_end
+    raised = bool(stuck) and (math.isnan(value) or stuck > value)
     if raised:
-        value = agg.stuck
+        value = stuck
         low = high = None
-    return Estimate(statistic, value, n, low, high, agg.stuck, raised)
+    return Estimate(statistic, value, n, low, high, stuck, raised)

@@ -10,6 +10,8 @@ shorter windows' parts. The result is record for record what ``aggregate`` gives
 window's aggregate (``store.window``) where no window edge cuts a record: windows of whole
 minutes ending on a minute, and no hour record overlapping the longest one. Otherwise it
 returns None and the caller takes the general path, which counts a cut record by its overlap.
+The stuck age at each window's end (``window.stuck_at_end``) comes from the latest record of
+each series in the longest window, read only where some record of it holds one.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from slowdown.analysis.histogram import Histogram, codec
 from slowdown.analysis.histogram.buckets import BucketCounts
 from slowdown.analysis.store.open_files import READERS
 from slowdown.analysis.store.records import HOUR, MINUTE, Aggregate
+from slowdown.analysis.store.schema import stuck_end_of
 from slowdown.analysis.store.store import TABLES, Selection, Store, StoreError
 
 # Blobs decoded together: a few MiB of pairs at a time, whatever the number of files.
@@ -53,12 +56,12 @@ def nested_windows(stores: Sequence[Store], names: Selection, end: int,
     read = _read_split(stores, query) if len(stores) >= SPLIT_FROM else _read(stores, query)
     if read is None:
         return None
-    per_file, codes, parts = read
+    per_file, codes, parts, ends = read
     sums: dict[tuple[str, str, int], list] = {}
     for groups in per_file:  # added in the order of the files, as one process adds them
         for target, op, k, numbers in groups:
             _add(sums.setdefault((target, op, k), [0, 0, 0, 0.0, 0.0, math.inf,
-                                                   -math.inf, 0.0, None, None]), numbers)
+                                                   -math.inf, 0.0, None, None, 0.0]), numbers)
     result = {}
     for (target, op), code in codes.items():
         for k, span in enumerate(spans):
@@ -69,7 +72,7 @@ def nested_windows(stores: Sequence[Store], names: Selection, end: int,
                 got = sums.get((target, op, j))
                 if got is None:
                     continue
-                records, errors, skipped, s, ss, mn, mx, stuck, first, last = got
+                records, errors, skipped, s, ss, mn, mx, stuck, first, last, _ = got
                 if code * width + j in parts:
                     h.merge(parts[code * width + j])
                 agg.records += records
@@ -80,34 +83,43 @@ def nested_windows(stores: Sequence[Store], names: Selection, end: int,
                 agg.last = last if agg.last is None else max(agg.last, last)
                 total, total_sq, lo, hi = total + s, total_sq + ss, min(lo, mn), max(hi, mx)
             h.sum, h.sumsq, h.min, h.max = total, total_sq, lo, hi
+            agg.stuck_end = max((age for latest, age in ends.get((target, op), ())
+                                 if latest >= end - span), default=0.0)
             result[(target, op, span)] = agg
     return result
 
 
 def _query(names: Selection, end: int, spans: Sequence[int]) -> tuple:
-    """(the records' statement, its parameters, the window's start and end, parts) of
-    ``_read``: minutes and hours in one statement, labelled by window part."""
+    """(the records' statement as a function of the file's schema version, its parameters,
+    the window's start and end, parts) of ``_read``: minutes and hours in one statement,
+    labelled by window part."""
     part = "CASE " + " ".join(f"WHEN r.start >= {int(end - s)} THEN {k}"
                               for k, s in enumerate(spans)) + " END"
     where, params = dataclasses.replace(names, start=int(end - spans[-1]), end=int(end)).where()
-    both = " UNION ALL ".join(
-        f"SELECT s.id AS id, s.target AS target, s.op AS op, {part} AS k, r.start AS start, "
-        "r.count AS count, r.errors AS errors, r.skipped AS skipped, r.sum AS sum, "
-        "r.sumsq AS sumsq, r.min AS min, r.max AS max, r.stuck AS stuck, r.hist AS hist "
-        f"FROM series s CROSS JOIN {table} r ON r.series = s.id WHERE {where}"
-        for table in TABLES.values())
+
+    def both(version: int) -> str:
+        return " UNION ALL ".join(
+            f"SELECT s.id AS id, s.target AS target, s.op AS op, {part} AS k, r.start AS start, "
+            "r.count AS count, r.errors AS errors, r.skipped AS skipped, r.sum AS sum, "
+            "r.sumsq AS sumsq, r.min AS min, r.max AS max, r.stuck AS stuck, "
+            f"{stuck_end_of(version)} AS stuck_end, r.hist AS hist "
+            f"FROM series s CROSS JOIN {table} r ON r.series = s.id WHERE {where}"
+            for table in TABLES.values())
     return both, params * len(TABLES), end - spans[-1], end, len(spans)
 
 
-Read = tuple[list[list[tuple]], dict[tuple[str, str], int], dict[int, Histogram]]
+Read = tuple[list[list[tuple]], dict[tuple[str, str], int], dict[int, Histogram],
+             dict[tuple[str, str], list[tuple[int, float]]]]
 
 
 def _read(stores: Sequence[Store], query: tuple) -> Read | None:
     """Each file's sums per (target, op, part), in the order of the files; the code of each
-    (target, op); the histogram of each label (code * parts + part). None where a file holds
-    an hour record in the window."""
-    both, params, start, end, width = query
+    (target, op); the histogram of each label (code * parts + part); per (target, op) the
+    (start, stuck_end) of each series' latest record where one of its records holds a stuck
+    age at its end. None where a file holds an hour record in the window."""
+    statement, params, start, end, width = query
     per_file: list[list[tuple]] = []
+    ends: dict[tuple[str, str], list[tuple[int, float]]] = {}
     codes: dict[tuple[str, str], int] = {}
     parts: dict[int, Histogram] = {}  # label -> the part's histogram
     blobs: list[bytes] = []
@@ -115,12 +127,19 @@ def _read(stores: Sequence[Store], query: tuple) -> Read | None:
     for store in stores:
         if _hours_within(store, start, end):  # in the same visit of the file
             return None
+        both = statement(store.version)
         try:
-            per_file.append([(target, op, k, numbers) for target, op, k, *numbers in
-                             store.conn.execute(
+            sums = [(target, op, k, numbers) for target, op, k, *numbers in store.conn.execute(
                 "SELECT target, op, k, count(*), sum(errors), sum(skipped), sum(sum), "
-                "sum(sumsq), min(min), max(max), max(stuck), min(start), max(start) "
-                f"FROM ({both}) GROUP BY target, op, k", params)])
+                "sum(sumsq), min(min), max(max), max(stuck), min(start), max(start), "
+                f"max(stuck_end) FROM ({both}) GROUP BY target, op, k", params)]
+            per_file.append(sums)
+            if any(numbers[-1] for *_, numbers in sums):  # rare: an op stuck at a record's end
+                for target, op, latest, age in store.conn.execute(
+                        "SELECT target, op, latest, age FROM (SELECT target, op, "
+                        f"max(start) AS latest, stuck_end AS age FROM ({both}) GROUP BY id) "
+                        "WHERE age > 0", params):
+                    ends.setdefault((target, op), []).append((latest, age))
             rows = store.conn.execute(f"SELECT id, k, hist FROM ({both})", params).fetchall()
             if rows:  # columns at C speed: no Python work per record
                 ids, ks, hists = zip(*rows)
@@ -136,7 +155,7 @@ def _read(stores: Sequence[Store], query: tuple) -> Read | None:
             _merge_into(parts, blobs, labels)
             blobs, labels = [], []
     _merge_into(parts, blobs, labels)
-    return per_file, codes, parts
+    return per_file, codes, parts, ends
 
 
 def _processes() -> int:
@@ -182,9 +201,11 @@ def _read_split(stores: Sequence[Store], query: tuple, processes: int | None = N
             raise StoreError(got)
     if mine is None or any(got is None for _, got in theirs):
         return None
-    per_file, codes, parts = mine
-    for _, (files, their_codes, their_parts) in theirs:
+    per_file, codes, parts, ends = mine
+    for _, (files, their_codes, their_parts, their_ends) in theirs:
         per_file += files
+        for pair, found in their_ends.items():
+            ends.setdefault(pair, []).extend(found)
         width = query[4]
         for (target, op), code in their_codes.items():
             ours = codes.setdefault((target, op), len(codes))
@@ -195,7 +216,7 @@ def _read_split(stores: Sequence[Store], query: tuple, processes: int | None = N
                         parts[ours * width + k].merge(h)
                     else:
                         parts[ours * width + k] = h
-    return per_file, codes, parts
+    return per_file, codes, parts, ends
 
 
 def _child(paths: list, query: tuple, write_end: int) -> None:
@@ -228,7 +249,7 @@ def _hours_within(store: Store, start: int, end: int) -> bool:
 
 
 def _add(into: list, numbers: Sequence) -> None:
-    records, errors, skipped, s, ss, mn, mx, stuck, first, last = numbers
+    records, errors, skipped, s, ss, mn, mx, stuck, first, last, _ = numbers
     into[0] += records
     into[1] += errors
     into[2] += skipped

@@ -19,7 +19,9 @@ class Record:
     the successful ones and those that hung for longer than the interval and then failed (a
     user waited that long); ``errors`` counts failed ops (those too), ``skipped`` ticks that
     found the previous run still going, ``stuck`` is the longest age (seconds) an op had been
-    in flight during the span.
+    in flight during the span, and ``stuck_end`` the age at the span's end of the oldest op
+    still in flight then (0 when none): the hang that is not over yet, which raises the
+    windows that end there.
     """
 
     host: str
@@ -31,6 +33,7 @@ class Record:
     skipped: int = 0
     stuck: float = 0.0
     span: int = MINUTE
+    stuck_end: float = 0.0
 
     @property
     def key(self) -> tuple[str, str, str, int]:
@@ -42,6 +45,7 @@ class Record:
         self.errors += other.errors
         self.skipped += other.skipped
         self.stuck = max(self.stuck, other.stuck)
+        self.stuck_end = max(self.stuck_end, other.stuck_end)
 
 
 # A window takes every record that overlaps it, each in proportion to the part of its span
@@ -61,6 +65,13 @@ def overlap_units(start: int, span: int, first: int | None, end: int | None) -> 
     return max(0, hi - lo) * (UNIT // span)
 
 
+def error_rate(samples: float, errors: float) -> float | None:
+    """Failed ops over attempts (completed plus failed): what ``stats`` counts, the
+    ``error_rate`` alert rules watch and ``check`` judges; None without an attempt."""
+    attempts = samples + errors
+    return errors / attempts if attempts else None
+
+
 def minute_of(timestamp: float) -> int:
     """Start of the UTC minute holding ``timestamp``."""
     return int(timestamp // MINUTE) * MINUTE
@@ -73,7 +84,11 @@ class Aggregate:
     histogram: Histogram = field(default_factory=Histogram)
     errors: float = 0  # whole, or with fractions where a window cuts a record
     skipped: float = 0
-    stuck: float = 0.0
+    stuck: float = 0.0  # the longest stuck age of any record in the window
+    # The stuck age at the window's end: of each series, its latest record's ``stuck_end``
+    # (an op that has returned since counts by its recorded latency instead). The statistics
+    # are raised to this one (SPEC section 4, docs/WINDOWS.md).
+    stuck_end: float = 0.0
     records: int = 0
     unit: int = 1  # the histogram's counts and sums are in samples times ``unit``
     first: int | None = None  # start of the earliest record merged
@@ -84,6 +99,11 @@ class Aggregate:
         """Values in the window: whole ones, or fractions where a record is cut by an edge."""
         return self.histogram.count / self.unit
 
+    @property
+    def error_rate(self) -> float | None:
+        """Failed ops over attempts in the window (``error_rate``); None without one."""
+        return error_rate(self.samples, self.errors)
+
     def add(self, other: Aggregate) -> None:
         if other.unit != self.unit:
             raise ValueError("aggregates of different units do not add")
@@ -91,6 +111,7 @@ class Aggregate:
         self.errors += other.errors
         self.skipped += other.skipped
         self.stuck = max(self.stuck, other.stuck)
+        self.stuck_end = max(self.stuck_end, other.stuck_end)  # other series, same end
         self.records += other.records
         starts = [t for t in (self.first, other.first) if t is not None]
         self.first = min(starts) if starts else None

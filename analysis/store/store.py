@@ -31,7 +31,7 @@ from slowdown.analysis.store.records import (
 from slowdown.analysis.store.window import aggregate_rows
 
 TABLES = {MINUTE: "minutes", HOUR: "hours"}
-_COLUMNS = "count, errors, skipped, sum, sumsq, min, max, stuck, hist"
+_COLUMNS = f"count, errors, skipped, sum, sumsq, min, max, stuck, {schema.STUCK_END}, hist"
 _DERIVED = ", ".join(schema.DERIVED_COLUMNS)  # for SQL readers, see schema.py
 
 
@@ -122,6 +122,22 @@ def _refuse_copy(conn: sqlite3.Connection, path: Path) -> None:
                          "write to that node's own database (its next copy carries it)")
 
 
+class _Latest:
+    """SQL aggregate ``latest(start, value)``: the value of the row with the latest start (for
+    rollups: an hour's stuck age at its end is its last minute's)."""
+
+    def __init__(self) -> None:
+        self.start: float | None = None
+        self.value: object = None
+
+    def step(self, start: float, value: object) -> None:
+        if self.start is None or start > self.start:
+            self.start, self.value = start, value
+
+    def finalize(self) -> object:
+        return self.value
+
+
 class _HistSum:
     """SQL aggregate ``hist_sum(hist)``: the merge of many histogram blobs (for rollups)."""
 
@@ -173,7 +189,7 @@ def _upsert(table: str) -> str:
               "coalesce(max(max, excluded.max), max, excluded.max)")
     return f"""
         INSERT INTO {table} (series, start, {_COLUMNS}, {_DERIVED})
-        VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+        VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
         ON CONFLICT (series, start) DO UPDATE SET
             {schema.derived_assignments(*merged)},
             count = count + excluded.count,
@@ -184,6 +200,7 @@ def _upsert(table: str) -> str:
             min = coalesce(min(min, excluded.min), min, excluded.min),
             max = coalesce(max(max, excluded.max), max, excluded.max),
             stuck = max(stuck, excluded.stuck),
+            {schema.STUCK_END} = max({schema.STUCK_END}, excluded.{schema.STUCK_END}),
             hist = hist_merge(hist, excluded.hist)
     """
 
@@ -244,6 +261,7 @@ class Store:
         conn.create_function("hist_merge", 2, _hist_merge, deterministic=True)
         conn.create_function("hist_derived", 4, _hist_derived, deterministic=True)
         conn.create_aggregate("hist_sum", 1, _HistSum)
+        conn.create_aggregate("latest", 2, _Latest)
         return conn
 
     def _connect_reader(self) -> sqlite3.Connection:
@@ -319,7 +337,7 @@ class Store:
                     self._series_id(rec.host, rec.target, rec.op), rec.start, h.count,
                     rec.errors, rec.skipped, h.sum, h.sumsq,
                     h.min if h.count else None, h.max if h.count else None,
-                    rec.stuck, codec.encode(h, moments=False), *derived(h),
+                    rec.stuck, rec.stuck_end, codec.encode(h, moments=False), *derived(h),
                 )
                 rows.setdefault(TABLES[rec.span], []).append(row)
             for table, table_rows in rows.items():
@@ -356,7 +374,8 @@ class Store:
             self.conn.execute(
                 f"""INSERT INTO hours (series, start, {_COLUMNS})
                     SELECT series, start - start % {HOUR}, sum(count), sum(errors), sum(skipped),
-                           sum(sum), sum(sumsq), min(min), max(max), max(stuck), hist_sum(hist)
+                           sum(sum), sum(sumsq), min(min), max(max), max(stuck),
+                           latest(start, {schema.STUCK_END}), hist_sum(hist)
                     FROM minutes WHERE start < ? GROUP BY series, start - start % {HOUR}
                     ORDER BY 1, 2
                 """
@@ -398,16 +417,17 @@ class Store:
         """The selection's rows as ``aggregate_rows`` merges them (one query per table), for
         callers that split one read among several aggregates: every record that overlaps
         the selection's range, whole."""
-        return self._rows(selection, AGGREGATE_COLUMNS)
+        return self._rows(selection, aggregate_columns(self.version))
 
     def records(self, selection: Selection = Selection()) -> Iterator[Record]:
         """Every record that overlaps the selection (hours after minutes), each decoded and
         whole."""
-        for span, host, target, op, start, count, errors, skipped, s, ss, lo, hi, stuck, blob in (
-            self._rows(selection, "r." + _COLUMNS.replace(", ", ", r."), "ORDER BY r.start")
-        ):
+        columns = ("r.count, r.errors, r.skipped, r.sum, r.sumsq, r.min, r.max, r.stuck, "
+                   f"{schema.stuck_end_of(self.version)}, r.hist")
+        for span, host, target, op, start, count, errors, skipped, s, ss, lo, hi, stuck, end, \
+                blob in self._rows(selection, columns, "ORDER BY r.start"):
             h = codec.decode(blob, count, s, ss, lo, hi)
-            yield Record(host, target, op, start, h, errors, skipped, stuck, span)
+            yield Record(host, target, op, start, h, errors, skipped, stuck, span, end)
 
     def aggregate(self, selection: Selection = Selection()) -> Aggregate:
         """All records of the selection merged into one (vectorised over the histograms)."""
@@ -451,8 +471,11 @@ class Store:
         return row[0]
 
 
-# What an aggregate needs of each record, after (span, host, target, op, start).
-AGGREGATE_COLUMNS = "r.count, r.errors, r.skipped, r.sum, r.sumsq, r.min, r.max, r.stuck, r.hist"
+def aggregate_columns(version: int = schema.VERSION) -> str:
+    """What an aggregate needs of each record, after (span, host, target, op, start), from a
+    file of schema ``version``: ``store.window`` reads the rows in this order."""
+    return ("r.count, r.errors, r.skipped, r.sum, r.sumsq, r.min, r.max, r.stuck, r.hist, "
+            + schema.stuck_end_of(version))
 
 
 def aggregate(stores: Sequence[Store], selection: Selection = Selection()) -> Aggregate:

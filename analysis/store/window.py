@@ -6,6 +6,11 @@ of its span inside the window (its samples taken as spread evenly over the span;
 aggregate is the plain merge of their histograms; where an edge cuts a record (an hour record
 and a window shorter than it, or one that ends inside it), every count, sum and sum of
 squares is kept in units (``records.UNIT`` per sample), which add exactly in any order.
+
+A window is raised to the stuck age at its end (``stuck_at_end``): of each series (host,
+target, op), the ``stuck_end`` of its latest record in the window, the age of an op that had
+not returned when that record ended. A hang whose op returned since and was recorded in a
+later record of the window raises it no more: the op counts by its recorded latency.
 """
 
 from __future__ import annotations
@@ -15,6 +20,21 @@ from collections.abc import Iterable
 
 from slowdown.analysis.histogram import Histogram, codec
 from slowdown.analysis.store.records import UNIT, Aggregate, overlap_units
+
+
+def stuck_at_end(rows: Iterable[tuple]) -> float:
+    """The longest stuck age at the end of the rows' window: of each series, its latest
+    row's ``stuck_end`` (the rows of ``Store.aggregate_rows``, any files)."""
+    rows = rows if isinstance(rows, list) else list(rows)
+    stuck = [r for r in rows if r[14]]
+    if not stuck:  # the usual case: no op was stuck at the end of any record
+        return 0.0
+    latest: dict[tuple[str, str, str], int] = {}
+    for r in rows:
+        key = (r[1], r[2], r[3])
+        if r[4] > latest.get(key, r[4] - 1):
+            latest[key] = r[4]
+    return max((r[14] for r in stuck if r[4] == latest[(r[1], r[2], r[3])]), default=0.0)
 
 
 def aggregate_rows(rows: Iterable[tuple], start: int | None = None,
@@ -35,7 +55,8 @@ def aggregate_rows(rows: Iterable[tuple], start: int | None = None,
     blobs: list[bytes] = []
     total = total_sq = 0.0
     lo, hi = math.inf, -math.inf
-    for _, _, _, _, start, count, errors, skipped, s, ss, mn, mx, stuck, blob in rows:
+    result.stuck_end = stuck_at_end(rows)
+    for _, _, _, _, start, count, errors, skipped, s, ss, mn, mx, stuck, blob, _ in rows:
         blobs.append(blob)
         result.errors += errors
         result.skipped += skipped
@@ -61,13 +82,13 @@ def _weighted(rows: list[tuple], units: list[int]) -> Aggregate:
     """``aggregate_rows`` where some record is cut by an edge of the window: the histogram's
     counts, sum and sum of squares in units (``records.UNIT`` per sample of a whole record),
     so that they add exactly; errors and skipped ticks in samples (fractions)."""
-    result = Aggregate(unit=UNIT)
+    result = Aggregate(unit=UNIT, stuck_end=stuck_at_end(rows))
     h = Histogram()
     total = total_sq = 0.0
     lo, hi = math.inf, -math.inf
     parts = []
     for row, u in zip(rows, units):
-        _, _, _, _, start, count, errors, skipped, s, ss, mn, mx, stuck, blob = row
+        _, _, _, _, start, count, errors, skipped, s, ss, mn, mx, stuck, blob, _ = row
         scale, zero, counts, _ = codec.decode_pairs(blob)
         parts.append((scale, zero * u, {i: c * u for i, c in counts.items()}))
         result.errors += errors * u / UNIT
