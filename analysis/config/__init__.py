@@ -26,6 +26,7 @@ from slowdown.analysis.config.model import (
     BaselineConfig,
     Config,
     DataSize,
+    FleetConfig,
     MetricsConfig,
     Target,
 )
@@ -44,6 +45,7 @@ __all__ = [
     "ConfigError",
     "ConfigErrors",
     "DataSize",
+    "FleetConfig",
     "MetricsConfig",
     "Target",
     "data_dir",

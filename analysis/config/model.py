@@ -178,6 +178,23 @@ class MetricsConfig:
 
 
 @dataclass(frozen=True)
+class FleetConfig:
+    """Where the other nodes' slowdowns are read for the verdict ("is it this node or the
+    filesystem?"), and what decides it. One source: a Prometheus that scrapes the nodes, or
+    the globs of the databases they publish."""
+
+    prometheus: str | None = None  # base URL of its HTTP API
+    databases: tuple[str, ...] = ()  # globs of published node databases
+    window: float = 60.0  # the slowdown compared: over this window ...
+    statistic: str = "median"  # ... of this statistic
+    slow: float = 2.0  # a slowdown at or above this is slow
+    share: float = 0.5  # "filesystem" when at least this share of the fresh peers is slow
+    min_peers: int = 2  # fewer fresh peers with numbers: "unknown"
+    stale: float = 300.0  # a peer whose newest number is older is stale, and not counted
+    timeout: float = 2.0  # seconds a Prometheus query may take
+
+
+@dataclass(frozen=True)
 class ActionConfig:
     """What an alert does: ``type`` and its validated options, every option present.
 
@@ -209,6 +226,9 @@ class AlertRule:
     repeat: float | None
     kind: str
     actions: tuple[ActionConfig, ...]
+    # Act only on these verdicts of the target ("node", "filesystem", "unknown"; empty: on
+    # any): a node-side rule for the node's owner, while the fleet's ticket goes elsewhere.
+    verdicts: tuple[str, ...] = ()
 
     def matches(self, target: str, op: str) -> bool:
         """True when the rule's target and op globs both cover this (target, op)."""
@@ -236,6 +256,7 @@ class Config:
     # local one) unless this says that only this node ever writes it.
     allow_network_database: bool = False
     keep: KeepConfig = KeepConfig()
+    fleet: FleetConfig | None = None  # [fleet]: where the verdict's peers are read
 
     def target(self, name: str) -> Target:
         """The target of that name; KeyError when there is none."""
