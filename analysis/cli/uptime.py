@@ -44,7 +44,7 @@ def uptime(ctx: click.Context, dbs, targets, hosts, ops, at, statistic: str | No
         raise click.ClickException(reader.nothing_to_show())
     reader.check_kept(reader.now - max(reader.config.windows), reader.now, "--at")
     book = reader.book()
-    shown = reader.config.fleet is not None or verbose or as_json
+    shown = reader.config.fleet is not None or as_json  # JSON says "unknown" without one
     verdicts = verdicts_of(reader, target_ops) if shown else {}
     if wanted is not None:
         results = {}

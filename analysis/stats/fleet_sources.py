@@ -106,15 +106,15 @@ def prometheus_readings(url: str, targets: Sequence[str], window: float, statist
 
 def database_readings(patterns: Sequence[str], targets: Sequence[str],
                       ops: Mapping[str, Sequence[str]], window: float, statistic: str,
-                      at: float, expected: str = "same", skip: Sequence[str] = ()
+                      at: float, expected: str = "same", host: str | None = None
                       ) -> dict[str, Reading]:
     """Each target's peers from node databases (copies published to a shared directory):
     every host of every file, its slowdown over the window ending with its newest minute at
-    or before ``at``; ``at`` of a peer is the end of that minute. Files whose path is in
-    ``skip`` (this node's own database) are not opened."""
+    or before ``at``; ``at`` of a peer is the end of that minute. ``host`` (this node, whose
+    own file the glob may name) is not read."""
     source = "databases " + " ".join(patterns)
     try:
-        paths = [p for p in expand_paths(patterns) if str(p) not in skip]
+        paths = expand_paths(patterns)
     except StoreError as exc:
         return {t: Reading(source, error=str(exc)) for t in targets}
     peers: dict[str, list[Peer]] = {t: [] for t in targets}
@@ -127,7 +127,7 @@ def database_readings(patterns: Sequence[str], targets: Sequence[str],
             continue
         try:
             for target, peer in _file_peers(store, targets, ops, window, statistic, at,
-                                            expected):
+                                            expected, host):
                 peers[target].append(peer)
         except (StoreError, sqlite3.Error) as exc:
             unreadable.append(f"{path}: {exc}")
@@ -137,12 +137,15 @@ def database_readings(patterns: Sequence[str], targets: Sequence[str],
 
 
 def _file_peers(store: Store, targets: Sequence[str], ops: Mapping[str, Sequence[str]],
-                window: float, statistic: str, at: float, expected: str
+                window: float, statistic: str, at: float, expected: str, me: str | None
                 ) -> list[tuple[str, Peer]]:
-    found = []
+    found: list[tuple[str, Peer]] = []
     series = store.series()
+    hosts = sorted({h for h, t, _ in series if t in targets and h != me})
+    if not hosts:
+        return found
     book = BaselineBook([store], expected)
-    for host in sorted({h for h, t, _ in series if t in targets}):
+    for host in hosts:
         for target in targets:
             here = [o for h, t, o in series if h == host and t == target]
             if not here:
@@ -173,13 +176,14 @@ class FleetSettings(Thresholds, Protocol):
 
 
 def readings(fleet: FleetSettings, targets: Sequence[str], ops: Mapping[str, Sequence[str]],
-             at: float, expected: str = "same") -> dict[str, Reading]:
+             at: float, expected: str = "same", host: str | None = None
+             ) -> dict[str, Reading]:
     """What the configured source says of each target's peers at ``at``."""
     if fleet.prometheus:
         return prometheus_readings(fleet.prometheus, targets, fleet.window, fleet.statistic,
                                    at, fleet.timeout)
     return database_readings(fleet.databases, targets, ops, fleet.window, fleet.statistic, at,
-                             expected)
+                             expected, host)
 
 
 def fleet_verdicts(fleet: FleetSettings | None, stores: Sequence[Store], book: BaselineBook,
@@ -187,13 +191,13 @@ def fleet_verdicts(fleet: FleetSettings | None, stores: Sequence[Store], book: B
                    live_stuck: Mapping[tuple[str, str], float] | None = None
                    ) -> dict[str, Verdict]:
     """The verdict on each target of ``ops`` for ``host``, whose numbers ``stores`` hold
-    (its slowdown taken as everywhere else, raised to its ops stuck now); "unknown" on
+    (its slowdown taken as everywhere else, raised to the age of its ops stuck now); "unknown" on
     every target without a ``[fleet]`` (then over ``window`` and ``statistic``)."""
     settings = fleet if fleet is not None else UNCONFIGURED
     targets = list(ops)
     own = target_slowdowns(stores, book, targets, ops, [settings.window], settings.statistic,
                            now, hosts=(host,), live_stuck=live_stuck)
-    said = readings(fleet, targets, ops, now, book.mode) if fleet is not None else {}
+    said = readings(fleet, targets, ops, now, book.mode, host) if fleet is not None else {}
     context = node_context(stores, host, now)
     return {t: decide(t, own[t][0].value, said.get(t), now, settings, host=host,
                       window=settings.window, statistic=settings.statistic, context=context)
