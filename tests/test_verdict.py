@@ -91,7 +91,7 @@ def test_a_slowdown_most_nodes_see_is_the_filesystems_one_only_this_node_sees_it
     assert v["slow_hosts"] == ["n1", "n2", "n3", "n4", "n5"]
     verbose = show(config, "-v")
     assert "verdict work (n0, median over 1m): filesystem: most other nodes are slow too; " \
-           "5 of 5 other nodes slow (>= 2); this node 10" in verbose, verbose
+           "5 of 5 other nodes slow (>= 3); this node 10" in verbose, verbose
     assert "load 3.50, cpu 12%, memory 40%" in verbose
     watched = show(config, "watch", "--count", "1")
     assert "filesystem: most other nodes are slow too; 5 of 5 other nodes slow" in watched
@@ -195,7 +195,7 @@ def test_a_rule_limited_to_the_node_verdict_fires_only_on_this_nodes_own_trouble
         if case == "node":
             (mine,) = [m for m in messages if m["rule"] == "mine"]
             assert mine["details"]["verdict"].startswith(
-                "node: few other nodes are slow; 0 of 5 other nodes slow (>= 2); this node")
+                "node: few other nodes are slow; 0 of 5 other nodes slow (>= 3); this node")
     assert fired == {"fleet": ["any"], "node": ["any", "mine"]}
 
 

@@ -276,10 +276,11 @@ class _Checker(_AlertChecks):
         first = statistics[0] if statistics and statistics is not _MISSING else "median"
         window = self.get(table, "window", path, _window, shortest)
         statistic = self.get(table, "statistic", path, _as_statistic, first)
-        slow = self.get(table, "slow", path, _above_zero, 2.0)
-        share = self.get(table, "share", path, _share, 0.5)
-        min_peers = self.get(table, "min_peers", path, lambda v: _as_int(v, 1), 2)
-        stale = self.get(table, "stale", path, _positive_duration, 300.0)
+        default = FleetConfig()
+        slow = self.get(table, "slow", path, _above_zero, default.slow)
+        share = self.get(table, "share", path, _share, default.share)
+        min_peers = self.get(table, "min_peers", path, lambda v: _as_int(v, 1), default.min_peers)
+        stale = self.get(table, "stale", path, _positive_duration, default.stale)
         timeout = self.get(table, "timeout", path, _positive_duration, 2.0)
         values = (prometheus, databases, window, statistic, slow, share, min_peers, stale,
                   timeout)

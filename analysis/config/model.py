@@ -17,6 +17,12 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from slowdown.analysis.stats.verdict import (
+    DEFAULT_MIN_PEERS,
+    DEFAULT_SHARE,
+    DEFAULT_SLOW,
+    DEFAULT_STALE,
+)
 from slowdown.analysis.units import format_size, parse_size
 
 ALERT_KINDS = ("slowdown", "error_rate", "stuck")
@@ -187,10 +193,10 @@ class FleetConfig:
     databases: tuple[str, ...] = ()  # globs of published node databases
     window: float = 60.0  # the slowdown compared: over this window ...
     statistic: str = "median"  # ... of this statistic
-    slow: float = 2.0  # a slowdown at or above this is slow
-    share: float = 0.5  # "filesystem" when at least this share of the fresh peers is slow
-    min_peers: int = 2  # fewer fresh peers with numbers: "unknown"
-    stale: float = 300.0  # a peer whose newest number is older is stale, and not counted
+    slow: float = DEFAULT_SLOW  # a slowdown at or above this is slow
+    share: float = DEFAULT_SHARE  # "filesystem": at least this share of fresh peers slow
+    min_peers: int = DEFAULT_MIN_PEERS  # fewer fresh peers with numbers: "unknown"
+    stale: float = DEFAULT_STALE  # a peer whose newest number is older is not counted
     timeout: float = 2.0  # seconds a Prometheus query may take
 
 

@@ -23,7 +23,18 @@ from typing import Protocol
 
 from slowdown.analysis.stats.baseline import BaselineBook
 from slowdown.analysis.stats.slowdown import target_slowdowns
-from slowdown.analysis.stats.verdict import Peer, Reading, Thresholds, Verdict, decide, node_context
+from slowdown.analysis.stats.verdict import (
+    DEFAULT_MIN_PEERS,
+    DEFAULT_SHARE,
+    DEFAULT_SLOW,
+    DEFAULT_STALE,
+    Peer,
+    Reading,
+    Thresholds,
+    Verdict,
+    decide,
+    node_context,
+)
 from slowdown.analysis.store import Selection, Store, StoreError, expand_paths
 from slowdown.analysis.store.records import MINUTE
 from slowdown.analysis.units import format_duration
@@ -212,10 +223,10 @@ class _Unconfigured:
     databases: tuple[str, ...] = ()
     window: float = 60.0
     statistic: str = "median"
-    slow: float = 2.0
-    share: float = 0.5
-    min_peers: int = 2
-    stale: float = 300.0
+    slow: float = DEFAULT_SLOW
+    share: float = DEFAULT_SHARE
+    min_peers: int = DEFAULT_MIN_PEERS
+    stale: float = DEFAULT_STALE
     timeout: float = 2.0
 
 

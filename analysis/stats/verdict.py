@@ -31,6 +31,10 @@ FILESYSTEM, NODE, OK, UNKNOWN = "filesystem", "node", "ok", "unknown"
 WORDS = (FILESYSTEM, NODE, OK, UNKNOWN)
 CONTEXT_FIELDS = ("load1", "cpu", "memory")  # this node's context shown beside a verdict
 CONTEXT_AGE = 300  # seconds: older node context is not shown as this node's now
+# The defaults of [fleet]. "Slow" at 3: on the GlusterFS testbed, quiet minutes read up to
+# 2.4 (a 1m median of the worst of six ops) and a loaded volume 4.5 and more
+# (docs/VALIDATION.md, "The verdict").
+DEFAULT_SLOW, DEFAULT_SHARE, DEFAULT_MIN_PEERS, DEFAULT_STALE = 3.0, 0.5, 2, 300.0
 
 
 class Thresholds(Protocol):
@@ -85,7 +89,7 @@ class Verdict:
     context: dict[str, float] = field(default_factory=dict)  # this node's load1, cpu, memory
 
     def numbers(self) -> str:
-        """``12 of 14 other nodes slow (>= 2.0), 1 stale; this node 5.3, load 0.40, cpu 12%``"""
+        """``12 of 14 other nodes slow (>= 3), 1 stale; this node 5.3, load 0.40, cpu 12%``"""
         parts = []
         if self.source is not None and (self.peers or self.stale or self.skipped):
             fleet = f"{self.slow} of {self.peers} other nodes slow (>= {self.slow_threshold:g})"

@@ -6,9 +6,9 @@ FUSE client held back by a CPU quota (cgroup cpu controller), must read "node" t
 "ok" on the others. Right in at least 95 % of the counted node-minutes; the minutes in which
 the volume settles after a load are shown, not counted.
 
-Opt-in (``--long``), root. About 20 minutes with the defaults; SLOWDOWN_VERDICT_QUIET,
-SLOWDOWN_VERDICT_PHASE and SLOWDOWN_VERDICT_SETTLE (minutes) change the schedule,
-SLOWDOWN_VERDICT_OUT keeps the per-minute verdicts as JSON.
+Opt-in (``--long``), root. About 18 minutes with the defaults; SLOWDOWN_VERDICT_BASELINE
+(seconds), SLOWDOWN_VERDICT_QUIET, SLOWDOWN_VERDICT_PHASE and SLOWDOWN_VERDICT_SETTLE
+(minutes) change the schedule, SLOWDOWN_VERDICT_OUT keeps the per-minute verdicts as JSON.
 """
 
 from __future__ import annotations
@@ -22,15 +22,16 @@ from pathlib import Path
 import pytest
 
 from tests.iorkit import ior_bin
-from tests.test_gluster_validation import MIN_BASELINE, mdtest_hard, sleep_until
+from tests.test_gluster_validation import mdtest_hard, sleep_until
 from tests.testbed.nodes import Testbed
 from tests.testbed.results import at, rebaseline, slowdown
 
 pytestmark = [pytest.mark.root, pytest.mark.timeout(3600)]
 
+BASELINE = int(os.environ.get("SLOWDOWN_VERDICT_BASELINE", "150"))  # seconds, at least
 QUIET = int(os.environ.get("SLOWDOWN_VERDICT_QUIET", "3"))
-PHASE = int(os.environ.get("SLOWDOWN_VERDICT_PHASE", "4"))
-SETTLE = int(os.environ.get("SLOWDOWN_VERDICT_SETTLE", "3"))
+PHASE = int(os.environ.get("SLOWDOWN_VERDICT_PHASE", "3"))
+SETTLE = int(os.environ.get("SLOWDOWN_VERDICT_SETTLE", "4"))
 CPU_CGROUP = Path("/sys/fs/cgroup/cpu")  # the cgroup v1 cpu controller of this machine
 QUOTA_US, PERIOD_US = 1000, 100_000  # 1 % of one CPU
 
@@ -97,10 +98,10 @@ def test_verdict_right_on_the_testbed(root_only, tmp_path) -> None:
     ior_bin()
     schedule: list[tuple[int, str, dict[str, str] | None]] = []  # (minute, phase, expected)
     found: dict[str, dict[int, dict]] = {}
-    with Testbed(nodes=3, brick_mib=2048) as bed:
+    with Testbed(nodes=3, brick_mib=2048, lock_wait=3600) as bed:
         names = [n.name for n in bed.nodes]
         started = time.time()
-        quiet = (int(started + MIN_BASELINE) // 60 + 1) * 60
+        quiet = (int(started + BASELINE) // 60 + 1) * 60
         load = quiet + QUIET * 60
         own = load + (PHASE + SETTLE) * 60
         end = own + (PHASE + 1) * 60
