@@ -26,7 +26,13 @@ from slowdown.analysis.config import (
     loads,
 )
 from slowdown.analysis.config.alert_checks import _ACTION_KEYS, _ALERT_KEYS
-from slowdown.analysis.config.checks import _BASELINE_KEYS, _METRICS_KEYS, _TARGET_KEYS, _TOP_KEYS
+from slowdown.analysis.config.checks import (
+    _BASELINE_KEYS,
+    _FLEET_KEYS,
+    _METRICS_KEYS,
+    _TARGET_KEYS,
+    _TOP_KEYS,
+)
 from slowdown.analysis.config.locator import _Locator
 from slowdown.analysis.config.model import ACTION_TYPES, ALERT_KINDS, KeepConfig
 from slowdown.analysis.words import OPS, STATISTICS, is_statistic, statistic_quantile
@@ -274,6 +280,7 @@ def test_reference_config_documents_every_key():
         *_BASELINE_KEYS,
         *_TARGET_KEYS,
         *_METRICS_KEYS,
+        *_FLEET_KEYS,
         *_ALERT_KEYS,
         *(key for keys in _ACTION_KEYS.values() for key in keys),
     ]

@@ -80,8 +80,15 @@ class Notification:
         if self.event == "resolved":
             return (f"{test}{where} on {self.host}: resolved, {self.measure()} "
                     f"{self.show(self.value)} (threshold {self.show(self.threshold)})")
+        word = f", {self.verdict_word}" if self.verdict_word else ""
         return (f"{test}{where} on {self.host}: {self.measure()} {self.show(self.value)} "
-                f"> {self.show(self.threshold)} ({self.severity})")
+                f"> {self.show(self.threshold)} ({self.severity}{word})")
+
+    @property
+    def verdict_word(self) -> str:
+        """``filesystem``, ``node`` or ``unknown`` (the verdict's word), or "" without one."""
+        verdict = self.details.get("verdict")
+        return str(verdict).split(":", 1)[0] if verdict else ""
 
     @property
     def description(self) -> str:
@@ -102,6 +109,9 @@ class Notification:
             lines.append(f"{self.measure()} per op:")
             for op, info in ops.items():
                 lines.append(f"  {op:<10} {self.show(info.get('value'))}")
+        verdict = self.details.get("verdict")
+        if verdict:
+            lines += ["", f"Verdict: {verdict}"]
         note = self.details.get("note")
         if note:
             lines += ["", str(note)]
@@ -130,6 +140,7 @@ class Notification:
             "starts_at": _iso(self.starts_at),
             "ends_at": _iso(self.ends_at) if self.ends_at is not None else "",
             "summary": self.summary,
+            "verdict": self.verdict_word,
         }
 
     def environment(self) -> dict[str, str]:

@@ -10,6 +10,11 @@ A rule covers the targets and ops its globs match. Its subjects are:
 - ``target/op`` when the rule covers a single op;
 - ``target`` when it covers several: the value is the worst covered op's (the target's
   headline over those ops), so a filesystem that turns slow opens one incident, not six.
+
+With a ``[fleet]``, a value above its level carries the target's verdict (filesystem or this
+node, with its numbers) into the message; a rule with ``verdict = [...]`` counts as above only
+while the verdict is one of those (``verdict = "node"``: the node's own trouble, for its
+owner, while the filesystem's incidents go to the storage team by the fleet's rules).
 """
 
 from __future__ import annotations
@@ -22,7 +27,9 @@ from typing import Any
 
 from slowdown.analysis.config import AlertRule, Config
 from slowdown.analysis.stats.baseline import BaselineBook
+from slowdown.analysis.stats.fleet_sources import fleet_verdicts
 from slowdown.analysis.stats.slowdown import op_slowdown, window_selection
+from slowdown.analysis.stats.verdict import Verdict
 from slowdown.analysis.store import Store, aggregate
 from slowdown.analysis.store.records import Aggregate, minute_of
 from slowdown.analysis.words import OPS
@@ -56,6 +63,7 @@ class Observation:
     threshold: float | None  # the level's threshold (the lowest one when below)
     minute: int  # the evaluation minute: the window ends there
     ops: dict[str, dict[str, Any]] = field(default_factory=dict)  # per-op numbers
+    verdict: str | None = None  # the verdict on the target and its numbers, while above
 
 
 def rule_ops(rule: AlertRule) -> tuple[str, ...]:
@@ -98,6 +106,18 @@ class Evaluator:
         self.live_stuck = dict(live_stuck or {})
         self.book = BaselineBook(self.stores, config.baseline.expected)
         self._aggregates: dict[tuple[str, str, float], Aggregate] = {}
+        self._verdicts: dict[str, Verdict] | None = None
+
+    def verdict(self, target: str) -> Verdict | None:
+        """This node's verdict on ``target`` from the [fleet] (read once per evaluation, and
+        only when a rule is above its level); None without a [fleet]."""
+        if self.config.fleet is None:
+            return None
+        if self._verdicts is None:
+            ops = {t.name: list(OPS) for t in self.config.targets}
+            self._verdicts = fleet_verdicts(self.config.fleet, self.stores, self.book, ops,
+                                            self.now, self.config.host, self.live_stuck)
+        return self._verdicts.get(target)
 
     def aggregate(self, target: str, op: str, window: float) -> Aggregate:
         key = (target, op, window)
@@ -133,8 +153,12 @@ class Evaluator:
                  if info["value"] is not None and not math.isnan(info["value"])]
         value, worst = max(rated) if rated else (None, None)
         level, threshold = level_of(rule, value)
+        verdict = self.verdict(subject.target) if level is not None else None
+        if rule.verdicts and (verdict is None or verdict.word not in rule.verdicts):
+            level, threshold = None, lowest_threshold(rule)  # not this rule's kind of incident
         return Observation(rule.name, subject.name, subject.target, worst, value, level,
-                           threshold, self.minute, per_op)
+                           threshold, self.minute, per_op,
+                           verdict=verdict.text() if verdict is not None else None)
 
     def observe_all(self, rules: Sequence[AlertRule] | None = None) -> list[Observation]:
         rules = self.config.alerts if rules is None else rules

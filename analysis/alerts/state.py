@@ -116,6 +116,8 @@ def step(rule: AlertRule, st: AlertState, obs: Observation) -> str | None:
         st.state, st.since, st.fired_at, st.resolved_at = "firing", minute, minute, None
         st.last_sent, st.clear_since = minute, None
         st.details.update(op=obs.op, peak=value, fired=_numbers(obs), threshold=obs.threshold)
+        if obs.verdict is not None:
+            st.details["verdict"] = obs.verdict
         st.details.pop("note", None)
         return "firing"
     if st.state == "firing":
@@ -180,8 +182,18 @@ def notification(config: Config, rule: AlertRule, st: AlertState, event: str,
         details={"peak": st.details.get("peak"),
                  "ops": {k: {"value": v.get("value"), "count": v.get("count"),
                              "errors": v.get("errors")} for k, v in ops.items()},
-                 **({"note": st.details["note"]} if st.details.get("note") else {})},
+                 **({"note": st.details["note"]} if st.details.get("note") else {}),
+                 **({"verdict": _verdict_now(st, obs, event)}
+                    if st.details.get("verdict") else {})},
     )
+
+
+def _verdict_now(st: AlertState, obs: Observation | None, event: str) -> str:
+    """The verdict the message shows: at firing, the one that fired it; later, the newest
+    (a resolved incident's: the one it fired with)."""
+    if event != "resolved" and obs is not None and obs.verdict is not None:
+        return obs.verdict
+    return st.details["verdict"]
 
 
 def enqueue(conn: sqlite3.Connection, rule: AlertRule, note: Notification, now: float) -> int:

@@ -118,6 +118,7 @@ def report(ctx, dbs, targets, hosts, ops, at, since, until, output, statistics, 
 
     planned = Provisioning(goal, level, trials, seed) if goal is not None else None
     doc = collect(reader, start, end, stats, spans, planned)
+    doc["verdicts"] = _verdict_lines(reader, end)
     files = [(out, render(doc, title).encode(), "-o/--output")]
     if png_path is not None:
         from slowdown.analysis.report import png
@@ -131,6 +132,25 @@ def report(ctx, dbs, targets, hosts, ops, at, since, until, output, statistics, 
                + (f"; {len(files) - 1} PNG images in {png_path}" if png_path else ""), err=True)
     if doc.get("merged_text"):
         click.echo(f"report: {doc['merged_text']}", err=True)
+
+
+def _verdict_lines(reader, end: int) -> list[str]:
+    """``Verdict on work at 14:00 UTC (node001): filesystem: ...`` per target, at the end
+    of the report's range; none without a [fleet]."""
+    if reader.config.fleet is None:
+        return []
+    from slowdown.analysis.cli.uptime import verdict_host
+    from slowdown.analysis.stats.fleet_sources import fleet_verdicts
+    from slowdown.analysis.units import format_clock
+
+    target_ops = reader.target_ops()
+    if not target_ops:
+        return []
+    host = verdict_host(reader)
+    found = fleet_verdicts(reader.config.fleet, reader.stores, reader.book(), target_ops,
+                           float(end), host)
+    return [f"Verdict on {t} at {format_clock(end, reader.now)} ({host}): {v.text()}"
+            for t, v in sorted(found.items())]
 
 
 __all__ = ["report"]

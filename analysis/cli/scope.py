@@ -173,11 +173,14 @@ class Reader:
                         flights.append((state.get("host", ""), target, flight["op"], age))
         return flights
 
-    def live_stuck(self) -> dict[tuple[str, str], float]:
-        """Longest age of an op in flight right now, per (target, op), over the hosts."""
+    def live_stuck(self, host: str | None = None) -> dict[tuple[str, str], float]:
+        """Longest age of an op in flight right now, per (target, op), over the hosts (or
+        of that one host)."""
         stuck: dict[tuple[str, str], float] = {}
-        for host, target, op, age in self._live_flights():
-            if self.hosts and not any(fnmatchcase(host, p) for p in self.hosts):
+        for found, target, op, age in self._live_flights():
+            if host is not None and found != host:
+                continue
+            if self.hosts and not any(fnmatchcase(found, p) for p in self.hosts):
                 continue
             stuck[(target, op)] = max(stuck.get((target, op), 0.0), age)
         return stuck

@@ -25,6 +25,7 @@ from slowdown.analysis.cli.scope import (
     parse_statistic_option,
 )
 from slowdown.analysis.stats.slowdown import TargetSlowdown, accurate_window, target_slowdowns
+from slowdown.analysis.stats.verdict import Verdict
 from slowdown.analysis.store.records import minute_of
 from slowdown.analysis.units import format_clock, format_duration, format_latency
 
@@ -43,26 +44,50 @@ def uptime(ctx: click.Context, dbs, targets, hosts, ops, at, statistic: str | No
         raise click.ClickException(reader.nothing_to_show())
     reader.check_kept(reader.now - max(reader.config.windows), reader.now, "--at")
     book = reader.book()
+    shown = reader.config.fleet is not None or as_json  # JSON says "unknown" without one
+    verdicts = verdicts_of(reader, target_ops) if shown else {}
     if wanted is not None:
         results = {}
         for target, tops in target_ops.items():
             found = accurate_window(reader.stores, book, target, tops, stat, reader.now, wanted,
                                     hosts=reader.hosts)
             results[target] = [found] if found else []
-        show_uptime(reader, results, stat, verbose, as_json, accuracy=wanted, states=states)
+        show_uptime(reader, results, stat, verbose, as_json, accuracy=wanted, states=states,
+                    verdicts=verdicts)
         return
     results = target_slowdowns(reader.stores, book, list(target_ops), target_ops,
                                reader.config.windows, stat, reader.now, hosts=reader.hosts,
                                live_stuck=reader.live_stuck(), confidence=0.95 if verbose else None)
-    show_uptime(reader, results, stat, verbose, as_json, states=states)
+    show_uptime(reader, results, stat, verbose, as_json, states=states, verdicts=verdicts)
+
+
+def verdicts_of(reader: Reader, target_ops: dict[str, list[str]]) -> dict[str, Verdict]:
+    """Each target's verdict for this node (``--host`` when it names one host), from the
+    configured [fleet]; "unknown" everywhere without one."""
+    from slowdown.analysis.stats.fleet_sources import fleet_verdicts
+
+    if not target_ops:
+        return {}
+    host = verdict_host(reader)
+    return fleet_verdicts(reader.config.fleet, reader.stores, reader.book(), target_ops,
+                          reader.now, host, reader.live_stuck(host))
+
+
+def verdict_host(reader: Reader) -> str:
+    """The node a verdict is about: the one ``--host`` names, else this node."""
+    if len(reader.hosts) == 1 and not any(c in reader.hosts[0] for c in "*?["):
+        return reader.hosts[0]
+    return reader.config.host
 
 
 def show_uptime(reader: Reader, results: dict[str, list[TargetSlowdown]], stat: str,
                 verbose: bool, as_json: bool, accuracy: float | None = None,
-                states: dict[str, TargetState] | None = None) -> None:
+                states: dict[str, TargetState] | None = None,
+                verdicts: dict[str, Verdict] | None = None) -> None:
     """One line per target: its numbers (with what is known of the service behind them), or
     that its service is collecting the first minute."""
     states = states or {}
+    verdicts = verdicts or {}
     names = sorted({*results, *(t for t, ts in states.items() if ts.state == COLLECTING)})
     cluster = reader.cluster
     span = max((ts.window for windows in results.values() for ts in windows),
@@ -79,6 +104,7 @@ def show_uptime(reader: Reader, results: dict[str, list[TargetSlowdown]], stat: 
                 "windows": [_window_json(ts) for ts in results.get(target, [])],
                 **({"found": bool(results.get(target))} if accuracy is not None else {}),
                 **({"service": states[target].json(reader.now)} if target in states else {}),
+                **({"verdict": verdicts[target].json()} if target in verdicts else {}),
             } for target in names],
         }
         if reader.at_now:
@@ -103,6 +129,8 @@ def show_uptime(reader: Reader, results: dict[str, list[TargetSlowdown]], stat: 
         parts = "  ".join(f"{format_duration(ts.window)} {fmt_ratio(ts.value)}" for ts in windows)
         worst = max((ts.worst for ts in windows if ts.worst), key=lambda o: o.value, default=None)
         tail = f"  worst {worst.op}" if worst else ""
+        if reader.config.fleet is not None and target in verdicts:
+            tail += f"  {verdicts[target].word}"
         flags = []
         if any(ts.provisional for ts in windows):
             flags.append("provisional baseline")
@@ -135,6 +163,11 @@ def show_uptime(reader: Reader, results: dict[str, list[TargetSlowdown]], stat: 
             click.echo()
             table(rows, ["target", "op", "window", stat, "95% ci", "n", "expected", "from",
                          "slowdown"], right=(3, 5, 6, 8))
+        if verdicts:
+            click.echo()
+        for target, v in sorted(verdicts.items()):
+            click.echo(f"verdict {target} ({v.host}, {v.statistic} over "
+                       f"{format_duration(v.window)}): {v.text()}")
 
 
 def _window_json(ts: TargetSlowdown) -> dict:

@@ -37,6 +37,7 @@ def watch(ctx, dbs, targets, hosts, ops, at, statistic, interval, count):
     """Live view, refreshed every second: slowdowns and the probes in flight right now."""
     period = cli.parse_duration_option(interval, "--interval")
     shown = 0
+    verdicts: dict = {}  # the last verdicts, read again every VERDICT_EVERY seconds
     live_view = None
     if sys.stdout.isatty():
         from rich.live import Live
@@ -46,7 +47,7 @@ def watch(ctx, dbs, targets, hosts, ops, at, statistic, interval, count):
     try:
         while count is None or shown < count:
             reader = cli.open_reader(ctx, dbs, targets, hosts, ops, at)
-            text = _watch_frame(cli, reader, statistic)
+            text = _watch_frame(cli, reader, statistic, verdicts)
             for s in reader.stores:
                 s.close()
             if live_view is not None:
@@ -63,7 +64,21 @@ def watch(ctx, dbs, targets, hosts, ops, at, statistic, interval, count):
             live_view.stop()
 
 
-def _watch_frame(cli, reader, statistic) -> str:
+VERDICT_EVERY = 30.0  # seconds between two readings of the fleet (not one a second)
+
+
+def _fleet_verdicts(reader, target_ops, cache: dict) -> dict:
+    """The verdicts of the [fleet], read again when the last reading is VERDICT_EVERY old."""
+    if reader.config.fleet is None:
+        return {}
+    if cache.get("at") is None or abs(reader.now - cache["at"]) >= VERDICT_EVERY:
+        from slowdown.analysis.cli.uptime import verdicts_of
+
+        cache["at"], cache["verdicts"] = reader.now, verdicts_of(reader, target_ops)
+    return cache["verdicts"]
+
+
+def _watch_frame(cli, reader, statistic, verdict_cache: dict | None = None) -> str:
     stat = cli.parse_statistic_option(statistic) if statistic else reader.config.statistics[0]
     target_ops = reader.target_ops()
     stuck = reader.live_stuck()
@@ -72,6 +87,8 @@ def _watch_frame(cli, reader, statistic) -> str:
                                reader.config.windows, stat, reader.now, hosts=reader.hosts,
                                live_stuck=stuck)
     names = sorted({*results, *(t for t, s in states.items() if s.state == cli.COLLECTING)})
+    verdicts = _fleet_verdicts(reader, target_ops, {} if verdict_cache is None
+                               else verdict_cache)
     lines = [f"{format_clock(reader.now)}  slowdown ({stat})"]
     width = max((len(t) for t in names), default=6)
     cluster = len(reader.stores) > 1
@@ -81,8 +98,11 @@ def _watch_frame(cli, reader, statistic) -> str:
             parts = "  ".join(f"{format_duration(ts.window)} {fmt_ratio(ts.value):>5}"
                               for ts in results[target])
             notes = state_notes(state, reader.now, cluster) if state is not None else []
-            lines.append(f"  {target:<{width}}  {parts}"
+            word = f"  {verdicts[target].word}" if target in verdicts else ""
+            lines.append(f"  {target:<{width}}  {parts}{word}"
                          + (f"  ({', '.join(notes)})" if notes else ""))
+            if target in verdicts and verdicts[target].word in ("filesystem", "node"):
+                lines.append(f"  {'':<{width}}  {verdicts[target].text()}")
         else:
             lines.append(f"  {target:<{width}}  {collecting_text(state, reader.now)}")
         for (t, op), age in sorted(stuck.items()):

@@ -47,8 +47,10 @@ _ALERT_KEYS = (
     "clear_for",
     "repeat",
     "kind",
+    "verdict",
     "action",
 )
+VERDICT_WORDS = ("node", "filesystem", "unknown")  # the verdicts a rule may be limited to
 _ACTION_KEYS = {
     "command": ("type", "argv", "timeout"),
     "webhook": ("type", "url", "token_file", "token_env", "timeout"),
@@ -66,10 +68,21 @@ _ACTION_KEYS = {
 _ACTION_TIMEOUT = {"command": 30.0, "webhook": 10.0, "email": 30.0}
 
 
+def _verdicts(value: object) -> tuple[str, ...]:
+    items = [value] if isinstance(value, str) else value
+    if not isinstance(items, list) or not items:
+        raise _Invalid(f"expected one of {', '.join(VERDICT_WORDS)} or an array of them")
+    for item in items:
+        if item not in VERDICT_WORDS:
+            raise _Invalid(f"expected one of {', '.join(VERDICT_WORDS)}; got {item!r}")
+    return tuple(dict.fromkeys(items))
+
+
 class _AlertChecks(_Reader):
     """The ``[[alert]]`` section: each rule and its actions."""
 
     def alerts(self, data: Mapping[str, Any], target_names: list[str]) -> list[AlertRule]:
+        has_fleet = isinstance(data.get("fleet"), dict)
         rules: list[AlertRule] = []
         names: dict[str, int] = {}
         for index, table in self.array_of_tables(data, "alert"):
@@ -110,6 +123,12 @@ class _AlertChecks(_Reader):
             for_ = self.get(table, "for", path, _as_duration, 0.0)
             clear_for = self.get(table, "clear_for", path, _as_duration, None)
             repeat = self.get(table, "repeat", path, _positive_duration, None)
+            verdicts = self.get(table, "verdict", path, _verdicts, ())
+            if verdicts and kind != "slowdown":
+                self.error((*path, "verdict"), f'applies to kind "slowdown" only; got {kind!r}')
+            elif verdicts and not has_fleet:
+                self.error((*path, "verdict"), "needs a [fleet] source, where the verdict "
+                           "is read")
             actions = self.actions(table, path)
             if len(self.errors) != before:
                 continue
@@ -127,6 +146,7 @@ class _AlertChecks(_Reader):
                     repeat=repeat,
                     kind=kind,
                     actions=actions,
+                    verdicts=verdicts,
                 )
             )
         return rules

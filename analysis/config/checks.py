@@ -29,6 +29,7 @@ from slowdown.analysis.config.model import (
     MIB,
     BaselineConfig,
     Config,
+    FleetConfig,
     KeepConfig,
     MetricsConfig,
     PublishConfig,
@@ -41,10 +42,14 @@ from slowdown.analysis.config.values import (
     _as_duration,
     _as_int,
     _as_name,
+    _as_number,
     _as_size,
     _as_statistic,
+    _as_str,
     _as_zone,
     _choice,
+    _http_url,
+    _Invalid,
     _kept,
     _parse_listen,
     _positive_duration,
@@ -69,6 +74,7 @@ _TOP_KEYS = (
     "metrics",
     "publish",
     "alert",
+    "fleet",
 )
 _BASELINE_KEYS = ("period", "expected", "provisional_after", "zone")
 _KEEP_KEYS = ("node", "alert_log", "sent_alerts", "hours")
@@ -76,6 +82,8 @@ _TARGET_KEYS = ("name", "path", "data_file", "data_size", "write_size", "pool_fi
                 "pool_dirs", "object_size", "sync")
 _METRICS_KEYS = ("listen", "textfile", "textfile_every")
 _PUBLISH_KEYS = ("dir", "every")
+_FLEET_KEYS = ("prometheus", "databases", "window", "statistic", "slow", "share", "min_peers",
+               "stale", "timeout")
 
 
 class _Checker(_AlertChecks):
@@ -116,6 +124,7 @@ class _Checker(_AlertChecks):
             self.error(("publish", "dir"), f"the copy {publish.dir / f'{host}.db'} would be "
                        "the database itself; publish to another directory")
         alerts = self.alerts(data, self.target_names)
+        fleet = self.fleet(data, windows, statistics)
         if self.errors:
             return None
         return Config(
@@ -135,6 +144,7 @@ class _Checker(_AlertChecks):
             allow_network_database=allow_network_database,
             keep=keep,
             publish=publish,
+            fleet=fleet,
         )
 
     def baseline(self, data: Mapping[str, Any]) -> BaselineConfig:
@@ -288,6 +298,67 @@ class _Checker(_AlertChecks):
         if any(v is _MISSING for v in (directory, every)):
             return None
         return PublishConfig(dir=directory, every=every)
+
+    def fleet(self, data: Mapping[str, Any], windows: Any, statistics: Any
+              ) -> FleetConfig | None:
+        """[fleet]: one source of the other nodes' slowdowns (a Prometheus URL or globs of
+        published databases) and the verdict's thresholds; the compared slowdown defaults
+        to the shortest window and the first statistic (what Prometheus is given)."""
+        table = self.table(data, "fleet", ())
+        if table is None:
+            return None
+        path: KeyPath = ("fleet",)
+        self.unknown_keys(table, _FLEET_KEYS, path)
+        prometheus = self.get(table, "prometheus", path, _http_url, None)
+        databases = self.get(table, "databases", path, _globs, ())
+        if prometheus is None and databases == ():
+            self.error(path, "needs a source: prometheus (a URL) or databases (globs)")
+        elif prometheus not in (None, _MISSING) and databases not in ((), _MISSING):
+            self.error((*path, "databases"), "give one source: prometheus or databases")
+        shortest = min(windows) if windows and windows is not _MISSING else DEFAULT_WINDOWS[0]
+        first = statistics[0] if statistics and statistics is not _MISSING else "median"
+        window = self.get(table, "window", path, _window, shortest)
+        statistic = self.get(table, "statistic", path, _as_statistic, first)
+        default = FleetConfig()
+        slow = self.get(table, "slow", path, _above_zero, default.slow)
+        share = self.get(table, "share", path, _share, default.share)
+        min_peers = self.get(table, "min_peers", path, lambda v: _as_int(v, 1), default.min_peers)
+        stale = self.get(table, "stale", path, _positive_duration, default.stale)
+        timeout = self.get(table, "timeout", path, _positive_duration, 2.0)
+        values = (prometheus, databases, window, statistic, slow, share, min_peers, stale,
+                  timeout)
+        if any(v is _MISSING for v in values):
+            return None
+        return FleetConfig(prometheus=prometheus, databases=databases, window=window,
+                           statistic=statistic, slow=slow, share=share, min_peers=min_peers,
+                           stale=stale, timeout=timeout)
+
+
+def _globs(value: object) -> tuple[str, ...]:
+    items = [value] if isinstance(value, str) else value
+    if not isinstance(items, list) or not items:
+        raise _Invalid("expected a glob or a non-empty array of globs")
+    out = []
+    for item in items:
+        text = _as_str(item)
+        if not os.path.isabs(os.path.expanduser(text)):
+            raise _Invalid(f"expected an absolute path or glob; got {text!r}")
+        out.append(os.path.expanduser(text))
+    return tuple(out)
+
+
+def _above_zero(value: object) -> float:
+    number = _as_number(value)
+    if number <= 0:
+        raise _Invalid(f"must be > 0; got {value}")
+    return float(number)
+
+
+def _share(value: object) -> float:
+    number = _as_number(value)
+    if not 0 < number <= 1:
+        raise _Invalid(f"must be a fraction, more than 0 and at most 1; got {value}")
+    return float(number)
 
 
 def validate(

@@ -17,6 +17,12 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from slowdown.analysis.stats.verdict import (
+    DEFAULT_MIN_PEERS,
+    DEFAULT_SHARE,
+    DEFAULT_SLOW,
+    DEFAULT_STALE,
+)
 from slowdown.analysis.units import format_size, parse_size
 
 ALERT_KINDS = ("slowdown", "error_rate", "stuck")
@@ -194,6 +200,23 @@ class PublishConfig:
 
 
 @dataclass(frozen=True)
+class FleetConfig:
+    """Where the other nodes' slowdowns are read for the verdict ("is it this node or the
+    filesystem?"), and what decides it. One source: a Prometheus that scrapes the nodes, or
+    the globs of the databases they publish."""
+
+    prometheus: str | None = None  # base URL of its HTTP API
+    databases: tuple[str, ...] = ()  # globs of published node databases
+    window: float = 60.0  # the slowdown compared: over this window ...
+    statistic: str = "median"  # ... of this statistic
+    slow: float = DEFAULT_SLOW  # a slowdown at or above this is slow
+    share: float = DEFAULT_SHARE  # "filesystem": at least this share of fresh peers slow
+    min_peers: int = DEFAULT_MIN_PEERS  # fewer fresh peers with numbers: "unknown"
+    stale: float = DEFAULT_STALE  # a peer whose newest number is older is not counted
+    timeout: float = 2.0  # seconds a Prometheus query may take
+
+
+@dataclass(frozen=True)
 class ActionConfig:
     """What an alert does: ``type`` and its validated options, every option present.
 
@@ -225,6 +248,9 @@ class AlertRule:
     repeat: float | None
     kind: str
     actions: tuple[ActionConfig, ...]
+    # Act only on these verdicts of the target ("node", "filesystem", "unknown"; empty: on
+    # any): a node-side rule for the node's owner, while the fleet's ticket goes elsewhere.
+    verdicts: tuple[str, ...] = ()
 
     def matches(self, target: str, op: str) -> bool:
         """True when the rule's target and op globs both cover this (target, op)."""
@@ -253,6 +279,7 @@ class Config:
     allow_network_database: bool = False
     keep: KeepConfig = KeepConfig()
     publish: PublishConfig | None = None  # copies for cluster views: off unless configured
+    fleet: FleetConfig | None = None  # [fleet]: where the verdict's peers are read
 
     def target(self, name: str) -> Target:
         """The target of that name; KeyError when there is none."""

@@ -155,6 +155,8 @@ def render(doc: dict, title: str = "slowdown report") -> str:
     filters = "; ".join(f"{k} {', '.join(v)}" for k, v in doc["filters"].items() if v)
     merged = (f'\n<p class="meta merged">{escape(doc["merged_text"])}</p>'
               if doc.get("merged_text") else "")
+    merged += "".join(f'\n<p class="meta verdict">{escape(line)}</p>'
+                      for line in doc.get("verdicts", ()))
     span = f"{_time(doc['from'])} .. {_time(doc['to'])}"
     body = "\n".join(_target_section(t, doc) for t in targets) if targets else \
         '<section><p class="note">No data for the chosen targets, hosts and ops.</p></section>'

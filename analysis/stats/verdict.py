@@ -1,0 +1,195 @@
+"""The verdict: is a slowdown this node sees the filesystem's (most other nodes see it too) or
+this node's own?
+
+The decision is made from numbers only, and says so when it cannot be made: "unknown" with
+its reason (no fleet data, too few fresh peers, a source that did not answer), never a
+guess. The words, for one target:
+
+- ``filesystem``: this node is slow and at least ``share`` of the fresh peers are slow too;
+- ``node``: this node is slow and fewer of them are (its CPU, memory, network or filesystem
+  client: the node's owner);
+- ``ok``: this node is not slow (the peers' numbers are still given);
+- ``unknown``: no number of this node, no answer from the fleet, or fewer than
+  ``min_peers`` fresh peers with a number.
+
+"Slow" is a slowdown at or above ``slow``. A peer is stale when its newest number is older
+than ``stale`` seconds; a peer without a number (no data or no expected value in the window)
+is skipped. Neither counts: a stale peer must not make a verdict, in either direction.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from slowdown.analysis.store import Selection, Store
+from slowdown.analysis.store.records import minute_of
+
+FILESYSTEM, NODE, OK, UNKNOWN = "filesystem", "node", "ok", "unknown"
+WORDS = (FILESYSTEM, NODE, OK, UNKNOWN)
+CONTEXT_FIELDS = ("load1", "cpu", "memory")  # this node's context shown beside a verdict
+CONTEXT_AGE = 300  # seconds: older node context is not shown as this node's now
+# The defaults of [fleet]. "Slow" at 3: on the GlusterFS testbed, quiet minutes read up to
+# 2.4 (a 1m median of the worst of six ops) and a loaded volume 4.5 and more
+# (docs/VALIDATION.md, "The verdict").
+DEFAULT_SLOW, DEFAULT_SHARE, DEFAULT_MIN_PEERS, DEFAULT_STALE = 3.0, 0.5, 2, 300.0
+
+
+class Thresholds(Protocol):
+    """What a verdict is decided by (``config.FleetConfig`` has these)."""
+
+    slow: float
+    share: float
+    min_peers: int
+    stale: float
+
+
+@dataclass(frozen=True)
+class Peer:
+    """One other node's slowdown of a target: ``value`` (None: no number) computed at ``at``
+    (unix seconds; None: unknown, so stale)."""
+
+    host: str
+    value: float | None
+    at: float | None
+
+
+@dataclass(frozen=True)
+class Reading:
+    """What a fleet source said about one target: the peers, or why it could not say."""
+
+    source: str  # "prometheus URL" or "databases GLOB"
+    peers: tuple[Peer, ...] = ()
+    error: str | None = None  # the source did not answer: the one-line reason
+    unreadable: tuple[str, ...] = ()  # files left out (the databases source)
+
+
+@dataclass
+class Verdict:
+    """The verdict on one target and the numbers behind it."""
+
+    target: str
+    word: str
+    reason: str
+    own: float | None  # this node's slowdown
+    host: str
+    window: float
+    statistic: str
+    slow_threshold: float
+    share: float
+    source: str | None = None
+    peers: int = 0  # fresh peers with a number
+    slow: int = 0  # of those, how many are slow
+    stale: int = 0
+    skipped: int = 0  # fresh peers without a number, and unreadable files
+    stale_hosts: list[str] = field(default_factory=list)
+    slow_hosts: list[str] = field(default_factory=list)
+    context: dict[str, float] = field(default_factory=dict)  # this node's load1, cpu, memory
+
+    def numbers(self) -> str:
+        """``12 of 14 other nodes slow (>= 3), 1 stale; this node 5.3, load 0.40, cpu 12%``"""
+        parts = []
+        if self.source is not None and (self.peers or self.stale or self.skipped):
+            fleet = f"{self.slow} of {self.peers} other nodes slow (>= {self.slow_threshold:g})"
+            extra = [f"{n} {what}" for n, what in ((self.stale, "stale"),
+                                                   (self.skipped, "without numbers")) if n]
+            parts.append(fleet + (", " + ", ".join(extra) if extra else ""))
+        here = f"this node {_ratio(self.own)}"
+        ctx = self.context
+        if "load1" in ctx:
+            here += f", load {ctx['load1']:.2f}"
+        if "cpu" in ctx:
+            here += f", cpu {ctx['cpu']:.0f}%"
+        if "memory" in ctx:
+            here += f", memory {ctx['memory']:.0f}%"
+        parts.append(here)
+        return "; ".join(parts)
+
+    def text(self) -> str:
+        """The word, why, and the numbers: one line."""
+        return f"{self.word}: {self.reason}; {self.numbers()}"
+
+    def json(self) -> dict[str, Any]:
+        return {
+            "verdict": self.word, "reason": self.reason, "host": self.host,
+            "slowdown": None if self.own is None or math.isnan(self.own) else self.own,
+            "window": self.window, "statistic": self.statistic,
+            "slow_threshold": self.slow_threshold, "share": self.share, "source": self.source,
+            "peers": self.peers, "slow_peers": self.slow, "stale_peers": self.stale,
+            "skipped_peers": self.skipped, "slow_hosts": self.slow_hosts,
+            "stale_hosts": self.stale_hosts, "node": self.context,
+        }
+
+
+def decide(target: str, own: float | None, reading: Reading | None, now: float,
+           thresholds: Thresholds, *, host: str, window: float, statistic: str,
+           context: Mapping[str, float] | None = None) -> Verdict:
+    """The verdict on ``target`` for this node (``host``, slowdown ``own``) from the peers of
+    ``reading`` (None: no fleet source configured)."""
+    v = Verdict(target, UNKNOWN, "", own, host, window, statistic, thresholds.slow,
+                thresholds.share, context=dict(context or {}))
+    if reading is None:
+        v.reason = "no [fleet] source configured"
+        return v
+    v.source = reading.source
+    if reading.error is not None:
+        v.reason = reading.error
+        return v
+    v.skipped = len(reading.unreadable)
+    for peer in reading.peers:
+        if peer.host == host:
+            continue
+        if peer.at is None or now - peer.at > thresholds.stale:
+            v.stale += 1
+            v.stale_hosts.append(peer.host)
+        elif peer.value is None or math.isnan(peer.value):
+            v.skipped += 1
+        else:
+            v.peers += 1
+            if peer.value >= thresholds.slow:
+                v.slow += 1
+                v.slow_hosts.append(peer.host)
+    if own is None or math.isnan(own):
+        v.reason = f"no slowdown of {host} here"
+        return v
+    if own < thresholds.slow:
+        v.word, v.reason = OK, "this node is not slow"
+        return v
+    if v.peers < thresholds.min_peers:
+        v.reason = (f"{v.peers} fresh peer{'s' if v.peers != 1 else ''} with numbers, "
+                    f"{thresholds.min_peers} needed")
+        return v
+    if v.slow >= thresholds.share * v.peers:
+        v.word, v.reason = FILESYSTEM, "most other nodes are slow too"
+    else:
+        v.word, v.reason = NODE, "few other nodes are slow"
+    return v
+
+
+def node_context(stores: Sequence[Store], host: str, now: float) -> dict[str, float]:
+    """This node's newest load1, cpu (%) and memory (%) of the last minutes before ``now``;
+    empty when none was recorded (an older one is not this node's state now)."""
+    end = minute_of(now) + 60
+    rows = []
+    for store in stores:
+        try:
+            rows += store.node(Selection(hosts=(host,), start=end - CONTEXT_AGE, end=end))
+        except Exception:  # a reader of an old schema, a damaged table: no context, no crash
+            continue
+    if not rows:
+        return {}
+    newest = max(rows, key=lambda r: r.start)
+    return {k: float(newest.values[k]) for k in CONTEXT_FIELDS
+            if newest.values.get(k) is not None}
+
+
+def _ratio(value: float | None) -> str:
+    if value is None or math.isnan(value):
+        return "-"
+    return f"{value:.1f}" if value < 100 else f"{value:.0f}"
+
+
+__all__ = ["FILESYSTEM", "NODE", "OK", "UNKNOWN", "WORDS", "Peer", "Reading", "Thresholds",
+           "Verdict", "decide", "node_context"]

@@ -1,0 +1,160 @@
+"""The verdict on a real shared filesystem (docs/VALIDATION.md, "The verdict"): three probing
+nodes on the GlusterFS testbed, each with its own database, the other nodes' databases as its
+[fleet]. Quiet minutes must read "ok" everywhere; an mdtest-hard load from a node that does
+not probe must read "filesystem" on every probing node; one node's own trouble, its glusterfs
+FUSE client held back by a CPU quota (cgroup cpu controller), must read "node" there and
+"ok" on the others. Right in at least 95 % of the counted node-minutes; the minutes in which
+the volume settles after a load are shown, not counted.
+
+Opt-in (``--long``), root. About 18 minutes with the defaults; SLOWDOWN_VERDICT_BASELINE
+(seconds), SLOWDOWN_VERDICT_QUIET, SLOWDOWN_VERDICT_PHASE and SLOWDOWN_VERDICT_SETTLE
+(minutes) change the schedule, SLOWDOWN_VERDICT_OUT keeps the per-minute verdicts as JSON.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.iorkit import ior_bin
+from tests.test_gluster_validation import mdtest_hard, sleep_until
+from tests.testbed.nodes import Testbed
+from tests.testbed.results import at, rebaseline, slowdown
+
+pytestmark = [pytest.mark.root, pytest.mark.timeout(3600)]
+
+BASELINE = int(os.environ.get("SLOWDOWN_VERDICT_BASELINE", "150"))  # seconds, at least
+QUIET = int(os.environ.get("SLOWDOWN_VERDICT_QUIET", "3"))
+PHASE = int(os.environ.get("SLOWDOWN_VERDICT_PHASE", "3"))
+SETTLE = int(os.environ.get("SLOWDOWN_VERDICT_SETTLE", "4"))
+CPU_CGROUP = Path("/sys/fs/cgroup/cpu")  # the cgroup v1 cpu controller of this machine
+QUOTA_US, PERIOD_US = 1000, 100_000  # 1 % of one CPU
+
+
+def client_pids(mount: Path) -> list[int]:
+    """The glusterfs FUSE client of one node's mount."""
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        with contextlib.suppress(OSError):
+            argv = Path(f"/proc/{name}/cmdline").read_bytes().split(b"\0")
+            if argv and argv[0].endswith(b"glusterfs") and str(mount).encode() in argv:
+                found.append(int(name))
+    return found
+
+
+def cpu_cgroup_of(pid: int) -> Path:
+    for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines():
+        _, controllers, path = line.split(":", 2)
+        if "cpu" in controllers.split(","):
+            return CPU_CGROUP / path.lstrip("/")
+    return CPU_CGROUP
+
+
+@contextlib.contextmanager
+def held_back(pids: list[int], name: str):
+    """``pids`` in a cpu cgroup of their own with a quota of QUOTA_US per PERIOD_US; put back
+    where they were, and the cgroup removed, on the way out."""
+    group = CPU_CGROUP / name
+    group.mkdir()
+    before = {pid: cpu_cgroup_of(pid) for pid in pids}
+    try:
+        (group / "cpu.cfs_period_us").write_text(str(PERIOD_US))
+        (group / "cpu.cfs_quota_us").write_text(str(QUOTA_US))
+        for pid in pids:
+            (group / "cgroup.procs").write_text(str(pid))
+        yield group
+    finally:
+        for pid, home in before.items():
+            with contextlib.suppress(OSError):
+                (home / "cgroup.procs").write_text(str(pid))
+        group.rmdir()
+
+
+def reader_config(node, databases: list[Path]) -> Path:
+    """The node's configuration for reading: its host name (a reader outside its namespace
+    has another) and the [fleet] of every node's database."""
+    path = node.dir / "reader.toml"
+    path.write_text(f'host = "{node.name}"\n' + node.config.read_text()
+                    + "[fleet]\ndatabases = [" + ", ".join(f'"{d}"' for d in databases) + "]\n")
+    return path
+
+
+def verdict_at(config: Path, minute: int) -> dict:
+    """The verdict on the minute ``[minute, minute + 60)``, as ``slowdown --json`` gives it
+    a second after that minute."""
+    doc = json.loads(slowdown("--config", str(config), "--json", "--at", at(minute + 61)))
+    (target,) = doc["targets"]
+    return target["verdict"]
+
+
+def test_verdict_right_on_the_testbed(root_only, tmp_path) -> None:
+    ior_bin()
+    schedule: list[tuple[int, str, dict[str, str] | None]] = []  # (minute, phase, expected)
+    found: dict[str, dict[int, dict]] = {}
+    with Testbed(nodes=3, brick_mib=2048, lock_wait=3600) as bed:
+        names = [n.name for n in bed.nodes]
+        started = time.time()
+        quiet = (int(started + BASELINE) // 60 + 1) * 60
+        load = quiet + QUIET * 60
+        own = load + (PHASE + SETTLE) * 60
+        end = own + (PHASE + 1) * 60
+        schedule += [(m, "quiet", dict.fromkeys(names, "ok")) for m in range(quiet, load, 60)]
+        schedule += [(m, "filesystem load", dict.fromkeys(names, "filesystem"))
+                     for m in range(load, load + PHASE * 60, 60)]
+        schedule += [(m, "settling", None) for m in range(load + PHASE * 60, own, 60)]
+        slow_node = bed.nodes[1]
+        expected_own = {n: ("node" if n == slow_node.name else "ok") for n in names}
+        schedule += [(m, f"{slow_node.name} client held back", expected_own)
+                     for m in range(own, own + PHASE * 60, 60)]
+        schedule += [(m, "settling", None) for m in range(own + PHASE * 60, end, 60)]
+
+        sleep_until(quiet)
+        for node in bed.nodes:
+            rebaseline(node.config, started, quiet, "quiet volume before the loads")
+        sleep_until(load - 5)
+        rc = bed.load(mdtest_hard(int(load + PHASE * 60 + 1 - time.time())), timeout=PHASE * 120)
+        assert rc == 0, bed.others[-1].output()[-3000:]
+        sleep_until(own - 2)
+        pids = client_pids(slow_node.mount)
+        assert pids, f"no glusterfs client of {slow_node.mount}"
+        with held_back(pids, f"{bed.ledger.prefix}-{slow_node.name}"):
+            sleep_until(own + PHASE * 60)
+        sleep_until(end + 3)  # the last minute flushed
+        databases = [n.database for n in bed.nodes]
+        for node in bed.nodes:
+            config = reader_config(node, databases)
+            found[node.name] = {m: verdict_at(config, m) for m, _, _ in schedule}
+    assert bed.leftovers() == []
+    assert not any(p.name.startswith(bed.ledger.prefix) for p in CPU_CGROUP.iterdir())
+
+    rows, right, counted = [], 0, 0
+    for minute, phase, expected in schedule:
+        for name in names:
+            v = found[name][minute]
+            ok = None if expected is None else v["verdict"] == expected[name]
+            if ok is not None:
+                counted += 1
+                right += ok
+            rows.append({"minute": minute, "phase": phase, "node": name,
+                         "expected": expected and expected[name], "verdict": v["verdict"],
+                         "right": ok, "slowdown": v["slowdown"], "peers": v["peers"],
+                         "slow_peers": v["slow_peers"], "stale_peers": v["stale_peers"],
+                         "reason": v["reason"]})
+    out = Path(os.environ.get("SLOWDOWN_VERDICT_OUT") or tmp_path)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "verdicts.json").write_text(json.dumps(
+        {"right": right, "counted": counted, "rows": rows}, indent=1))
+    for r in rows:
+        print(time.strftime("%H:%M", time.gmtime(r["minute"])), f"{r['phase']:<26}",
+              r["node"], f"{r['expected'] or '-':<10}", f"{r['verdict']:<10}",
+              "" if r["right"] is None else ("right" if r["right"] else "WRONG"),
+              f"own {r['slowdown']}", f"{r['slow_peers']}/{r['peers']} slow")
+    print(f"right in {right} of {counted} counted node-minutes ({right / counted:.1%})")
+    assert counted and right / counted >= 0.95, (right, counted)
