@@ -60,6 +60,26 @@ def test_rules_pass_promtool_check_and_their_unit_tests(tmp_path):
     assert done.returncode == 0, done.stdout + done.stderr
 
 
+def test_alertmanager_example_routes_each_alert_by_its_verdict():
+    """The filesystem's alerts go to the storage team, the nodes' and the service's health
+    to the nodes' owners (tests/test_alertmanager.py runs it for real)."""
+    example = ROOT / "prometheus" / "alertmanager.example.yml"
+    done = subprocess.run(["amtool", "check-config", str(example)], capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 0 and "SUCCESS" in done.stdout, done.stdout + done.stderr
+    alerts = [r for g in load_yaml(RULES)["groups"] for r in g["rules"] if "alert" in r]
+    verdicts = {r["alert"]: r["labels"].get("verdict") for r in alerts}
+    assert set(verdicts.values()) == {"filesystem", "node", None}, verdicts
+    for name, verdict in verdicts.items():
+        receiver = "storage-team" if verdict == "filesystem" else "node-owners"
+        labels = [f"alertname={name}", "target=work", "host=node001",
+                  *([f"verdict={verdict}"] if verdict else [])]
+        done = subprocess.run(["amtool", "config", "routes", "test", f"--config.file={example}",
+                               f"--verify.receivers={receiver}", *labels],
+                              capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, (name, done.stdout + done.stderr)
+
+
 # -- a fleet of two services and a Prometheus ---------------------------------------------------
 
 @dataclass
