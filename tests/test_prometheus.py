@@ -238,6 +238,12 @@ def test_every_promql_panel_query_and_rule_runs(fleet):
             result = fleet.query(rule["expr"], now)
             if "record" in rule and rule["record"] not in HOURLY_ONLY:
                 assert result, rule
+    # The fleet's verdict counts both services for each target (their gauges are fresh).
+    for record in ("target:slowdown_nodes:count", "target:slowdown_nodes_probing:count"):
+        got = {s["metric"]["target"]: float(s["value"][1]) for s in fleet.query(record, now)}
+        assert got == dict.fromkeys(TARGETS, 2.0), (record, got)
+    verdicts = fleet.query("target:slowdown_filesystem:verdict", now)
+    assert sorted(s["metric"]["target"] for s in verdicts) == sorted(TARGETS), verdicts
     for group in fleet.api("rules")["groups"]:
         for rule in group["rules"]:
             assert rule["health"] in ("ok", "unknown") and not rule.get("lastError"), rule
