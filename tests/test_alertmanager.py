@@ -147,15 +147,23 @@ def fast_rules(path: Path) -> dict:
     return rules
 
 
-def fast_alertmanager(path: Path, receiver: Receiver) -> None:
+def fast_alertmanager(path: Path, receiver: Receiver, group_wait: str = "1s",
+                      group_interval: str = "2s") -> None:
     """The shipped Alertmanager example, its receivers on our webhook, its waits short."""
     config = load_yaml(ALERTMANAGER)
     config["global"]["resolve_timeout"] = "10s"
-    config["route"].update(group_wait="1s", group_interval="2s", repeat_interval="1h")
+    config["route"].update(group_wait=group_wait, group_interval=group_interval,
+                           repeat_interval="1h")
     for r in config["receivers"]:
         (hook,) = r["webhook_configs"]
         hook["url"] = f"{receiver.url}/{r['name']}"
     path.write_text(json.dumps(config))
+
+
+def alertmanager_argv(config: Path, data: Path, port: int) -> list[str]:
+    return ["prometheus-alertmanager", f"--config.file={config}", f"--storage.path={data}",
+            f"--web.listen-address=127.0.0.1:{port}",
+            "--cluster.listen-address="]  # no gossip port: a single Alertmanager
 
 
 def start(argv: list[str], log: Path, url: str, what: str) -> subprocess.Popen:
@@ -201,11 +209,9 @@ def stack(tmp_path_factory):
     procs = []
     try:
         am_url = f"http://127.0.0.1:{am_port}"
-        procs.append(start(
-            ["prometheus-alertmanager", f"--config.file={base / 'alertmanager.yml'}",
-             f"--storage.path={base / 'am-data'}", f"--web.listen-address=127.0.0.1:{am_port}",
-             "--cluster.listen-address="],  # no gossip port: a single Alertmanager
-            base / "alertmanager.log", am_url, "Alertmanager"))
+        procs.append(start(alertmanager_argv(base / "alertmanager.yml", base / "am-data",
+                                             am_port),
+                           base / "alertmanager.log", am_url, "Alertmanager"))
         (base / "prometheus.yml").write_text(json.dumps({
             "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
             "rule_files": [str(base / "rules.yml")],
