@@ -60,6 +60,26 @@ def test_rules_pass_promtool_check_and_their_unit_tests(tmp_path):
     assert done.returncode == 0, done.stdout + done.stderr
 
 
+def test_alertmanager_example_routes_each_alert_by_its_verdict():
+    """The filesystem's alerts go to the storage team, the nodes' and the service's health
+    to the nodes' owners (tests/test_alertmanager.py runs it for real)."""
+    example = ROOT / "prometheus" / "alertmanager.example.yml"
+    done = subprocess.run(["amtool", "check-config", str(example)], capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 0 and "SUCCESS" in done.stdout, done.stdout + done.stderr
+    alerts = [r for g in load_yaml(RULES)["groups"] for r in g["rules"] if "alert" in r]
+    verdicts = {r["alert"]: r["labels"].get("verdict") for r in alerts}
+    assert set(verdicts.values()) == {"filesystem", "node", None}, verdicts
+    for name, verdict in verdicts.items():
+        receiver = "storage-team" if verdict == "filesystem" else "node-owners"
+        labels = [f"alertname={name}", "target=work", "host=node001",
+                  *([f"verdict={verdict}"] if verdict else [])]
+        done = subprocess.run(["amtool", "config", "routes", "test", f"--config.file={example}",
+                               f"--verify.receivers={receiver}", *labels],
+                              capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, (name, done.stdout + done.stderr)
+
+
 # -- a fleet of two services and a Prometheus ---------------------------------------------------
 
 @dataclass
@@ -218,6 +238,12 @@ def test_every_promql_panel_query_and_rule_runs(fleet):
             result = fleet.query(rule["expr"], now)
             if "record" in rule and rule["record"] not in HOURLY_ONLY:
                 assert result, rule
+    # The fleet's verdict counts both services for each target (their gauges are fresh).
+    for record in ("target:slowdown_nodes:count", "target:slowdown_nodes_probing:count"):
+        got = {s["metric"]["target"]: float(s["value"][1]) for s in fleet.query(record, now)}
+        assert got == dict.fromkeys(TARGETS, 2.0), (record, got)
+    verdicts = fleet.query("target:slowdown_filesystem:verdict", now)
+    assert sorted(s["metric"]["target"] for s in verdicts) == sorted(TARGETS), verdicts
     for group in fleet.api("rules")["groups"]:
         for rule in group["rules"]:
             assert rule["health"] in ("ok", "unknown") and not rule.get("lastError"), rule
