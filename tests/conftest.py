@@ -21,3 +21,9 @@ def pytest_ignore_collect(collection_path: Path, config) -> bool | None:
     if not config.getoption("--long") and LONG in (collection_path, *collection_path.parents):
         return True
     return None
+
+
+def pytest_collection_modifyitems(config, items: list) -> None:
+    """The GlusterFS testbed's tests last: by then the other interpreters' suites that CI runs
+    beside this one have ended, and the testbed's quiet minutes are as quiet as they get."""
+    items.sort(key=lambda item: item.get_closest_marker("testbed") is not None)

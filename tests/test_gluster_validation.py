@@ -16,7 +16,8 @@ from tests.iorkit import ior_bin
 from tests.testbed.nodes import Testbed
 from tests.testbed.results import per_minute, rebaseline
 
-pytestmark = [pytest.mark.root, pytest.mark.slow, pytest.mark.timeout(420)]
+pytestmark = [pytest.mark.root, pytest.mark.slow, pytest.mark.testbed,
+              pytest.mark.timeout(420)]
 
 MIN_BASELINE = 45  # seconds of quiet samples before the quiet minute that is checked
 

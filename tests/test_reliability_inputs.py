@@ -188,6 +188,7 @@ def _errors(stderr: str, path: Path) -> list[str]:
     return lines
 
 
+@pytest.mark.slow  # 354 commands: a minute of CPU, once per CI run is enough
 @pytest.mark.timeout(180)
 def test_every_configuration_mistake_through_every_command(tmp_path):
     cases = [c.values for c in _cases()]
