@@ -1,4 +1,4 @@
-"""kill -9 of the real service, 400 times (the CI form does 100: test_reliability_crash.py).
+"""kill -9 of the real service, 400 times (the CI form does 25: test_reliability_crash.py).
 
 Opt-in (tests/long, ``--long``); about 15 minutes:
 
