@@ -42,6 +42,7 @@ from urllib.parse import quote
 
 from slowdown.analysis.store import schema
 from slowdown.analysis.store.open_files import read_only_uri
+from slowdown.probe.lockfile import alive
 
 PUBLISHED_KEY = "published"  # the row in the copy's state table that marks it as ours
 TEMP_SUFFIX = ".publishing"
@@ -155,15 +156,9 @@ def clean_leftovers(directory: Path, host: str) -> list[Path]:
 
 
 def _running(pid: int) -> bool:
-    if pid == os.getpid():
-        return False  # our own earlier attempt, which ended
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+    """Whether the publisher that named a temporary file may still write it (our own
+    earlier attempt has ended)."""
+    return pid != os.getpid() and alive(pid)
 
 
 def _create(temp: Path) -> None:

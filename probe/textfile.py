@@ -28,6 +28,8 @@ from pathlib import Path
 
 from prometheus_client import CollectorRegistry, generate_latest
 
+from slowdown.probe.lockfile import alive
+
 log = logging.getLogger(__name__)
 
 SIGNATURE = "slowdown_service_info{"
@@ -119,15 +121,9 @@ class TextfileWriter:
 
 
 def _running(pid: int) -> bool:
-    if pid == os.getpid():
-        return True  # this service's own: it may be writing it now
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+    """Whether the process that named a temporary file may still write it (this
+    service's own may be writing it now)."""
+    return pid == os.getpid() or alive(pid)
 
 
 def _describe(exc: OSError) -> str:

@@ -235,9 +235,14 @@ def test_only_this_hosts_leftovers_of_dead_publishes_are_removed(tmp_path):
     make_source(source, minutes=5)
     dead = subprocess.Popen(["true"])
     dead.wait()
-    mine = [f".{HOST}.db.{dead.pid}.publishing", f".{HOST}.db.{dead.pid}.publishing-journal"]
+    # a publish still running (a process of slowdown), and a PID taken again by another program
+    running = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)",
+                                "slowdown.probe.publish"])
+    reused = subprocess.Popen(["sleep", "60"])
+    mine = [f".{HOST}.db.{dead.pid}.publishing", f".{HOST}.db.{dead.pid}.publishing-journal",
+            f".{HOST}.db.{reused.pid}.publishing"]
     others = [f".n2.db.{dead.pid}.publishing",  # another host's
-              f".{HOST}.db.{os.getppid()}.publishing",  # a publish still running
+              f".{HOST}.db.{running.pid}.publishing",
               f"{HOST}.db.{dead.pid}.publishing", "notes.txt"]  # not our name
     for name in mine + others:
         (shared / name).write_bytes(b"partial")
@@ -246,7 +251,11 @@ def test_only_this_hosts_leftovers_of_dead_publishes_are_removed(tmp_path):
         (shared / other_user).write_bytes(b"theirs")
         os.chown(shared / other_user, 65534, 65534)
         others.append(other_user)
-    publish(source, shared, HOST)
+    try:
+        publish(source, shared, HOST)
+    finally:
+        running.kill()
+        reused.kill()
     assert sorted(os.listdir(shared)) == sorted([f"{HOST}.db", *others])
 
 

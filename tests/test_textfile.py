@@ -9,6 +9,7 @@ import logging
 import os
 import socket
 import subprocess
+import sys
 import urllib.request
 from pathlib import Path
 
@@ -148,12 +149,21 @@ def test_a_prom_file_the_service_did_not_write_is_never_replaced(tmp_path, caplo
 def test_leftovers_of_a_killed_writer_are_removed_and_no_other_file(tmp_path):
     dead = subprocess.Popen(["true"])
     dead.wait()
+    # another service still running (a process of slowdown), and a PID taken again since
+    running = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)",
+                                "slowdown-probe"])
+    reused = subprocess.Popen(["sleep", "60"])
     path = tmp_path / "slowdown.prom"
-    leftover = temp_path(path, dead.pid)
-    others = [temp_path(path, os.getppid()).name, "node.prom", f"slowdown.prom.{dead.pid}.tmp"]
-    for name in [leftover.name, *others]:
+    leftovers = [temp_path(path, dead.pid).name, temp_path(path, reused.pid).name]
+    others = [temp_path(path, running.pid).name,
+              "node.prom", f"slowdown.prom.{dead.pid}.tmp"]
+    for name in [*leftovers, *others]:
         (tmp_path / name).write_text("partial")
-    assert TextfileWriter(path, registry(), HOST).write()
+    try:
+        assert TextfileWriter(path, registry(), HOST).write()
+    finally:
+        running.kill()
+        reused.kill()
     assert sorted(os.listdir(tmp_path)) == sorted(["slowdown.prom", *others])
     assert families(path.read_text())["slowdown_service_info"][0].labels["host"] == HOST
 
