@@ -280,20 +280,29 @@ def run(probe: ProbeContext, duration: str | None, prepare_first: bool, verbose:
 @main.command("publish")
 @click.option("--to", "directory", type=click.Path(path_type=Path), default=None,
               help="The shared directory (default: [publish] dir of the configuration).")
+@click.option("--every", "every", default=None, metavar="DURATION",
+              help="How often this runs (cron), written into the copy so that readers know "
+                   "how old it may get (default: [publish] every, if any).")
 @pass_probe_context
-def publish_command(probe: ProbeContext, directory: Path | None) -> None:
+def publish_command(probe: ProbeContext, directory: Path | None, every: str | None) -> None:
     """Publish a copy of the database to the shared directory once, as the service does
     every [publish] every: for sites that run it from cron instead. Exit 1 when it failed
     (the previous copy stays whole)."""
     from slowdown.probe.publish import PublishError, publish
 
     config = probe.config()
+    try:
+        interval = parse_duration(every) if every is not None else (
+            config.publish.every if config.publish is not None else None)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--every") from None
     if directory is None:
         if config.publish is None:
             raise click.UsageError("no [publish] dir in the configuration; give --to DIR")
         directory = config.publish.dir
     try:
-        done = publish(config.database, Path(os.path.abspath(directory)), config.host)
+        done = publish(config.database, Path(os.path.abspath(directory)), config.host,
+                       every=interval)
     except PublishError as exc:
         click.echo(f"slowdown-probe publish: {exc}", err=True)
         raise click.exceptions.Exit(1) from None

@@ -74,7 +74,7 @@ class PublishJob:
             out, err = late.communicate()
             self._outcome(late.returncode, out, err)
         command = [sys.executable, "-m", "slowdown.probe.publish", str(self.config.database),
-                   str(self.publish.dir), self.config.host]
+                   str(self.publish.dir), self.config.host, repr(float(self.publish.every))]
         self._since = time.time()
         try:
             child = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,

@@ -70,9 +70,10 @@ def temp_path(directory: Path, host: str, pid: int) -> Path:
     return directory / f".{host}.db.{pid}{TEMP_SUFFIX}"
 
 
-def publish(database: Path, directory: Path, host: str,
-            now: float | None = None) -> Published:
-    """Copy ``database`` to ``<directory>/<host>.db`` (see the module docstring)."""
+def publish(database: Path, directory: Path, host: str, now: float | None = None,
+            every: float | None = None) -> Published:
+    """Copy ``database`` to ``<directory>/<host>.db`` (see the module docstring). ``every``,
+    how often copies are made, goes into the mark: readers know how old a copy may get."""
     started = time.monotonic()
     target = copy_path(directory, host)
     refuse_foreign(target, host)
@@ -81,7 +82,7 @@ def publish(database: Path, directory: Path, host: str,
     _create(temp)  # from here on the temporary file is ours to remove
     try:
         _check_space(database, directory, temp)
-        size = _copy(database, temp, host, time.time() if now is None else now)
+        size = _copy(database, temp, host, time.time() if now is None else now, every)
         _fsync(temp)
         _os(os.rename, temp, target, what=f"cannot rename {temp} to {target}")
         _fsync_dir(directory)
@@ -200,7 +201,7 @@ def _stamp(database: Path) -> tuple:
     return (info.st_ino, info.st_size, info.st_mtime_ns, os.path.exists(f"{database}-wal"))
 
 
-def _copy(database: Path, temp: Path, host: str, now: float) -> int:
+def _copy(database: Path, temp: Path, host: str, now: float, every: float | None) -> int:
     """Back the database up into ``temp`` as a rollback-journal database with its mark."""
     if not database.exists():
         raise PublishError(f"{database}: no such database")
@@ -228,6 +229,8 @@ def _copy(database: Path, temp: Path, host: str, now: float) -> int:
             try:
                 copy.execute("PRAGMA journal_mode = OFF")
                 mark = {"host": host, "database": str(database), "at": now}
+                if every is not None:
+                    mark["every"] = every
                 copy.execute("INSERT OR REPLACE INTO state (key, value, at) VALUES (?, ?, ?)",
                              (PUBLISHED_KEY, json.dumps(mark), int(now)))
             finally:
@@ -312,10 +315,12 @@ def _sqlite_describe(exc: sqlite3.Error) -> str:
 
 
 def main(argv: list[str]) -> int:
-    """One publish, its outcome as one JSON line (for the service's child process)."""
-    database, directory, host = argv
+    """One publish, its outcome as one JSON line (for the service's child process):
+    ``DATABASE DIRECTORY HOST [EVERY]``."""
+    database, directory, host, *every = argv
     try:
-        done = publish(Path(database), Path(directory), host)
+        done = publish(Path(database), Path(directory), host,
+                       every=float(every[0]) if every else None)
     except PublishError as exc:
         print(json.dumps({"ok": False, "error": str(exc)}), flush=True)
         return 1

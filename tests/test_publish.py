@@ -329,7 +329,42 @@ def test_the_service_job_logs_a_failed_publish_and_returns(tmp_path, caplog):
     errors = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
     assert len(errors) == 1 and str(shared) in errors[0] and "(ENOENT)" in errors[0], errors
     assert any("again after 2 failed attempts" in r.getMessage() for r in caplog.records)
-    assert published_by(shared / f"{HOST}.db")["host"] == HOST
+    mark = published_by(shared / f"{HOST}.db")
+    assert mark["host"] == HOST and mark["every"] == 60.0  # readers know how old it may get
+
+
+def test_check_over_a_copy_allows_for_how_often_copies_are_made(tmp_path):
+    """A copy is up to ``every`` older than its source: ``check`` over copies made every 5
+    minutes is not UNKNOWN with its newest minute 6 minutes old, a copy that does not say how
+    often it is made is, and so is a ``--stale`` given by hand."""
+    source = tmp_path / "node.db"
+    now = int(time.time()) // 60 * 60
+    fill(source, now - 60 * 96, 90, lognormal(0.002), host=HOST, seed=3)  # ends 6 minutes ago
+    config = tmp_path / "probe.toml"
+    config.write_text(f'database = "{source}"\nhost = "{HOST}"\n[[target]]\nname = "work"\n'
+                      f'path = "{tmp_path / "w"}"\n')
+    told, untold = tmp_path / "told", tmp_path / "untold"
+    told.mkdir()
+    untold.mkdir()
+    done = runner().invoke(probe_main, ["--config", str(config), "publish", "--to", str(told),
+                                        "--every", "5m"])
+    assert done.exit_code == 0, done.output
+    publish(source, untold, HOST)
+    assert published_by(told / f"{HOST}.db")["every"] == 300.0
+    assert "every" not in published_by(untold / f"{HOST}.db")
+
+    def check(copy: Path, *extra: str) -> subprocess.CompletedProcess:
+        return subprocess.run(["slowdown", "check", "--db", str(copy), *extra],
+                              capture_output=True, text=True, timeout=60)
+
+    ok = check(told / f"{HOST}.db")
+    assert ok.returncode == 0 and ok.stdout.startswith("SLOWDOWN OK"), ok.stdout + ok.stderr
+    for stale in (check(untold / f"{HOST}.db"), check(told / f"{HOST}.db", "--stale", "3m")):
+        assert stale.returncode == 3 and "UNKNOWN" in stale.stdout, stale.stdout + stale.stderr
+        assert "numbers from" in stale.stdout or "ago" in stale.stdout, stale.stdout
+    wrong = runner().invoke(probe_main, ["--config", str(config), "publish", "--to", str(told),
+                                         "--every", "often"])
+    assert wrong.exit_code == 2 and "--every" in wrong.output + (wrong.stderr or "")
 
 
 @pytest.mark.parametrize("text, key", [

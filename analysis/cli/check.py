@@ -26,6 +26,7 @@ STATE_NAMES = ("OK", "WARNING", "CRITICAL", "UNKNOWN")
 # multi-file jobs outright. Above a level, never at it, as the alert rules have it.
 ERRORS_WARNING = 0.05
 ERRORS_CRITICAL = 0.25
+STALE = 180.0  # seconds: a newest record older than this (and its minute) is UNKNOWN
 
 
 def _thresholds(config, kind: str, window: float, statistic: str | None = None
@@ -108,8 +109,9 @@ class PluginCommand(click.Command):
 @click.option("--errors-critical", "errors_critical", default=None, metavar="RATE",
               help="CRITICAL above this error rate of an op (default: from error_rate "
                    "alert rules of the window, else 25%).")
-@click.option("--stale", default="3m", show_default=True,
-              help="UNKNOWN when the newest record is older than this.")
+@click.option("--stale", default=None, metavar="DURATION",
+              help="UNKNOWN when the newest record is older than this (default: 3m, plus "
+                   "how often copies are made when reading published copies).")
 @click.pass_context
 def check(ctx, dbs, targets, hosts, ops, at, window, statistic, warning, critical,
           errors_warning, errors_critical, stale):
@@ -117,7 +119,8 @@ def check(ctx, dbs, targets, hosts, ops, at, window, statistic, warning, critica
     try:
         reader = cli.open_reader(ctx, dbs, targets, hosts, ops, at)
         span = cli.parse_duration_option(window, "--window")
-        stale_after = cli.parse_duration_option(stale, "--stale")
+        stale_after = (cli.parse_duration_option(stale, "--stale") if stale is not None
+                       else STALE + copies_every(reader))
         stat = cli.parse_statistic_option(statistic) if statistic else reader.config.statistics[0]
         errors_warn = parse_rate(errors_warning, "--errors-warning")
         errors_crit = parse_rate(errors_critical, "--errors-critical")
@@ -189,6 +192,13 @@ def check(ctx, dbs, targets, hosts, ops, at, window, statistic, warning, critica
                + "".join(f"; {note}" for note in notes)
                + (f" | {' '.join(perf)}" if perf else ""))
     sys.exit(worst_state)
+
+
+def copies_every(reader) -> float:
+    """How much older than a live database a published copy may be, by design: the longest
+    ``every`` among the copies read (0 when none is a copy or none says)."""
+    return max((s.published_every or 0.0 for s in reader.services()
+                if s.published is not None), default=0.0)
 
 
 def _levels(given: tuple, configured: tuple, defaults: tuple) -> tuple[float, float]:

@@ -234,7 +234,8 @@ class Reader:
                                   and COLLECTING in targets.values() else None),
                 newest_record=max((v for v in newest.values() if v is not None), default=None),
                 targets=dict(sorted(targets.items())), newest=newest, live=live,
-                published=mark.get("at") if isinstance(mark, dict) else None))
+                published=mark.get("at") if mark else None,
+                published_every=_seconds(mark.get("every")) if mark else None))
         return self._services
 
     def target_states(self) -> dict[str, TargetState]:
@@ -302,6 +303,7 @@ class ServiceState:
     newest: dict[str, int | None] = field(default_factory=dict)  # per target
     live: dict | None = field(default=None, repr=False)  # the live state itself
     published: float | None = None  # a copy published to a shared directory: when
+    published_every: float | None = None  # and how often such copies are made, if said
 
     def json(self, now: float) -> dict:
         return {
@@ -383,6 +385,12 @@ def _published(store: Store) -> dict | None:
     except (sqlite3.DatabaseError, ValueError):
         return None
     return mark if isinstance(mark, dict) else None
+
+
+def _seconds(value: object) -> float | None:
+    """A number of seconds from a mark written by another version, or None."""
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0
+    return float(value) if ok else None  # type: ignore[arg-type]
 
 
 def _earliest(a: float | None, b: float | None) -> float | None:
