@@ -18,7 +18,15 @@ from slowdown.analysis.cli.main import main
 from slowdown.analysis.config import ConfigError, loads
 from slowdown.analysis.histogram import Histogram
 from slowdown.analysis.stats import baseline
-from slowdown.analysis.stats.verdict import Peer, Reading, decide
+from slowdown.analysis.stats.verdict import (
+    DEFAULT_MIN_PEERS,
+    DEFAULT_SHARE,
+    DEFAULT_SLOW,
+    DEFAULT_STALE,
+    Peer,
+    Reading,
+    decide,
+)
 from slowdown.analysis.store import Store
 from slowdown.analysis.store.records import NodeContext, Record
 from tests.cli_runner import runner
@@ -233,6 +241,9 @@ class Limits:
     (1.9, (9.0, 9.0, 9.0, 9.0), "ok"),  # this node is not slow, whatever the others
     (None, (9.0, 9.0), "unknown"),  # no number of this node
     (5.0, (9.0,), "unknown"),  # one peer: too few to tell
+    (2.2, (1.9, 1.5, 1.0, 1.0), "filesystem"),  # at the edge: peers two thirds as slow count
+    (2.2, (1.4, 1.4, 1.0, 1.0), "node"),  # under two thirds of this node's 2.2
+    (50.0, (1.9, 1.9, 1.0, 1.0), "node"),  # far slower than every peer: the bar stays at 2
 ])
 def test_decide_counts_fresh_peers_against_the_share(own, values, word):
     now = 1_000_000.0
@@ -242,6 +253,28 @@ def test_decide_counts_fresh_peers_against_the_share(own, values, word):
                statistic="median")
     assert v.word == word, v.text()
     assert (v.peers, v.stale, v.skipped) == (len(values), 1, 1)
+
+
+class Released:
+    slow, share, min_peers, stale = DEFAULT_SLOW, DEFAULT_SHARE, DEFAULT_MIN_PEERS, DEFAULT_STALE
+
+
+@pytest.mark.parametrize("own, values, word, bar", [
+    (3.15, (2.89, 2.89), "filesystem", 2.1),  # ior-easy-write on the testbed: shared
+    (65.4, (1.33, 1.48), "node", 3.0),  # node2's client held back, the others quiet
+    (33.4, (2.4, 1.6), "node", 3.0),  # held back while a busy machine raised node1 to 2.4
+    (4.55, (4.55, 4.18), "filesystem", 3.0),
+])
+def test_the_testbeds_minutes_with_the_released_defaults(own, values, word, bar):
+    """Minutes seen on the GlusterFS testbed (docs/VALIDATION.md, "The verdict"): a node just
+    over the threshold beside peers just under it feels the same load as they do."""
+    now = 1_000_000.0
+    peers = tuple(Peer(f"p{i}", v, now - 30) for i, v in enumerate(values))
+    v = decide("work", own, Reading("test", peers), now, Released, host="me", window=60,
+               statistic="median")
+    assert (v.word, v.peer_threshold) == (word, pytest.approx(bar)), v.text()
+    assert v.json()["peer_threshold"] == pytest.approx(bar)
+    assert f"other nodes slow (>= {bar:.3g})" in v.text()
 
 
 def test_without_a_fleet_json_says_unknown_and_the_line_says_nothing(tmp_path):

@@ -12,9 +12,14 @@ guess. The words, for one target:
 - ``unknown``: no number of this node, no answer from the fleet, or fewer than
   ``min_peers`` fresh peers with a number.
 
-"Slow" is a slowdown at or above ``slow``. A peer is stale when its newest number is older
-than ``stale`` seconds; a peer without a number (no data or no expected value in the window)
-is skipped. Neither counts: a stale peer must not make a verdict, in either direction.
+"Slow" is a slowdown at or above ``slow``. A peer sees this node's slowdown too when it is
+slow, or at least two thirds as slow as this node (``PEER_SHARE``): at the edge of the
+threshold the fleet's numbers straddle it (this node 3.15, both peers 2.89, under one load on
+the testbed), and a cliff there would blame the node for a load that all of them feel; a node
+far slower than the rest (30 and more, its peers at 2.4) is still its own. A peer is stale
+when its newest number is older than ``stale`` seconds; a peer without a number (no data or
+no expected value in the window) is skipped. Neither counts: a stale peer must not make a
+verdict, in either direction.
 """
 
 from __future__ import annotations
@@ -35,6 +40,15 @@ CONTEXT_AGE = 300  # seconds: older node context is not shown as this node's now
 # 2.4 (a 1m median of the worst of six ops) and a loaded volume 4.5 and more
 # (docs/VALIDATION.md, "The verdict").
 DEFAULT_SLOW, DEFAULT_SHARE, DEFAULT_MIN_PEERS, DEFAULT_STALE = 3.0, 0.5, 2, 300.0
+PEER_SHARE = 2 / 3  # a peer at least this share of this node's slowdown sees it too
+
+
+def peer_threshold(own: float | None, slow: float) -> float:
+    """The slowdown at which a peer counts as slow beside this node's ``own``: ``slow``, or
+    two thirds of ``own`` when that is lower (see the module's docstring)."""
+    if own is None or math.isnan(own) or own < slow:
+        return slow
+    return min(slow, own * PEER_SHARE)
 
 
 class Thresholds(Protocol):
@@ -79,6 +93,7 @@ class Verdict:
     statistic: str
     slow_threshold: float
     share: float
+    peer_threshold: float  # the slowdown at which a peer counted as slow (peer_threshold())
     source: str | None = None
     peers: int = 0  # fresh peers with a number
     slow: int = 0  # of those, how many are slow
@@ -92,7 +107,7 @@ class Verdict:
         """``12 of 14 other nodes slow (>= 3), 1 stale; this node 5.3, load 0.40, cpu 12%``"""
         parts = []
         if self.source is not None and (self.peers or self.stale or self.skipped):
-            fleet = f"{self.slow} of {self.peers} other nodes slow (>= {self.slow_threshold:g})"
+            fleet = f"{self.slow} of {self.peers} other nodes slow (>= {self.peer_threshold:.3g})"
             extra = [f"{n} {what}" for n, what in ((self.stale, "stale"),
                                                    (self.skipped, "without numbers")) if n]
             parts.append(fleet + (", " + ", ".join(extra) if extra else ""))
@@ -116,7 +131,8 @@ class Verdict:
             "verdict": self.word, "reason": self.reason, "host": self.host,
             "slowdown": None if self.own is None or math.isnan(self.own) else self.own,
             "window": self.window, "statistic": self.statistic,
-            "slow_threshold": self.slow_threshold, "share": self.share, "source": self.source,
+            "slow_threshold": self.slow_threshold, "peer_threshold": self.peer_threshold,
+            "share": self.share, "source": self.source,
             "peers": self.peers, "slow_peers": self.slow, "stale_peers": self.stale,
             "skipped_peers": self.skipped, "slow_hosts": self.slow_hosts,
             "stale_hosts": self.stale_hosts, "node": self.context,
@@ -128,8 +144,9 @@ def decide(target: str, own: float | None, reading: Reading | None, now: float,
            context: Mapping[str, float] | None = None) -> Verdict:
     """The verdict on ``target`` for this node (``host``, slowdown ``own``) from the peers of
     ``reading`` (None: no fleet source configured)."""
+    bar = peer_threshold(own, thresholds.slow)
     v = Verdict(target, UNKNOWN, "", own, host, window, statistic, thresholds.slow,
-                thresholds.share, context=dict(context or {}))
+                thresholds.share, bar, context=dict(context or {}))
     if reading is None:
         v.reason = "no [fleet] source configured"
         return v
@@ -148,7 +165,7 @@ def decide(target: str, own: float | None, reading: Reading | None, now: float,
             v.skipped += 1
         else:
             v.peers += 1
-            if peer.value >= thresholds.slow:
+            if peer.value >= bar:
                 v.slow += 1
                 v.slow_hosts.append(peer.host)
     if own is None or math.isnan(own):
