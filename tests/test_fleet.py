@@ -259,7 +259,7 @@ def test_nested_windows_over_many_files_are_each_windows_merge(three_hosts):
 def test_nested_windows_split_between_processes_are_the_same_to_the_bit(three_hosts):
     """The files of a cluster read by three processes give what one process reads, each
     file's sums and every histogram; a damaged file in a forked process's share is named."""
-    from slowdown.analysis.store import Selection, StoreError, cluster_windows
+    from slowdown.analysis.store import Selection, StoreError, cluster_windows, merged
 
     paths = []
     for i in range(9):
@@ -274,9 +274,17 @@ def test_nested_windows_split_between_processes_are_the_same_to_the_bit(three_ho
     split = cluster_windows._read_split(stores, query, processes=3)
     assert one is not None and split is not None
     assert split[0] == one[0] and len(one[0]) == 9  # each file's sums, in the files' order
+    assert split[4] == one[4] and len(one[4]) == 9  # and what each file's visit saw besides
+    window = Selection(start=NOV + 100 * 60 - 3600, end=NOV + 100 * 60)
+    assert [{h for h, _, _ in seen} for seen, _ in one[4]] == \
+        [merged.hosts_with_records(store, window) for store in stores]  # as its query says
+    assert [newest for _, newest in one[4]] == [
+        {series: store.latest_start(Selection(hosts=(series[0],), targets=(series[1],),
+                                              ops=(series[2],)))
+         for series in store.series()} for store in stores]
 
     def by_name(read):
-        _, codes, parts, _ = read
+        _, codes, parts, *_ = read
         return {(key, k): parts[code * 3 + k] for key, code in codes.items()
                 for k in range(3) if code * 3 + k in parts}
 

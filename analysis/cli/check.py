@@ -115,7 +115,7 @@ def check(ctx, dbs, targets, hosts, ops, at, window, statistic, warning, critica
           errors_warning, errors_critical, stale):
     """Monitoring-plugin mode: exit 0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN, with perfdata."""
     try:
-        reader = cli.open_reader(ctx, dbs, targets, hosts, ops, at)
+        reader = cli.open_reader(ctx, dbs, targets, hosts, ops, at, one_moment=True)
         span = cli.parse_duration_option(window, "--window")
         stale_after = cli.parse_duration_option(stale, "--stale")
         stat = cli.parse_statistic_option(statistic) if statistic else reader.config.statistics[0]
