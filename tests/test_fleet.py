@@ -307,3 +307,42 @@ def test_rebaseline_over_several_files_does_each(three_hosts):
         with Store(three_hosts / f"n{i}.db", readonly=True) as store:
             assert {b.reason for b in baseline.load(store)} == {"new OSTs"}
             assert len(baseline.load_histograms(store)) == 2
+
+
+def test_files_opened_by_several_processes_are_those_one_process_opens(three_hosts):
+    """The forked opening of a cluster view gives, file by file and in order, what one
+    process gives: the series, the baselines in force and their histograms, the errors of a
+    damaged and a foreign file in a child's share; its stores read as stores opened here."""
+    from slowdown.analysis.cli.opening import open_all
+    from slowdown.analysis.store import Selection
+
+    paths = []
+    for i in range(8):
+        path = three_hosts / f"c{i}.db"
+        shutil.copy(three_hosts / f"n{i % 3}.db", path)
+        with sqlite3.connect(path) as conn:
+            conn.execute("UPDATE series SET host = ?", (f"c{i}",))
+        paths.append(path)
+    with Store(paths[1]) as store:  # baselines: one in force at AT, one not yet
+        baseline.rebaseline(store, NOV + 30 * 60, "new OSTs", NOV, NOV + 30 * 60)
+        baseline.rebaseline(store, NOV + 200 * 60, "later", NOV, NOV + 60 * 60)
+    with open(paths[5], "r+b") as f:
+        f.seek(100)
+        f.write(b"\xa5" * 3000)
+    paths[6].write_text("not a database at all\n" * 100)
+    at = NOV + 100 * 60
+    one = open_all(paths, True, at, split=1)
+    split = open_all(paths, True, at, split=3)
+    assert [(s is None, series, read, error) for s, series, read, error in split] == \
+        [(s is None, series, read, error) for s, series, read, error in one]
+    assert [e is not None for *_, e in one] == [False] * 5 + [True, True, False]
+    assert one[5][3].endswith("c5.db: database disk image is malformed")
+    assert one[6][3].endswith("c6.db: file is not a database")
+    assert [b.reason for b in one[1][2][1]] == ["new OSTs"] * len(one[1][2][1])
+    assert one[1][2][1] and one[1][2][2]  # in force at AT, with its histograms
+    for (mine, *_), (theirs, *_) in zip(one, split):
+        if mine is not None:
+            assert theirs.latest_start(Selection()) == mine.latest_start(Selection())
+            assert theirs.series() == mine.series()
+            mine.close()
+            theirs.close()

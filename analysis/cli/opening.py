@@ -35,10 +35,13 @@ SHARE_FROM = 32
 Opened = tuple[Store | None, list, tuple | None, str | None]
 
 
-def open_all(paths: Sequence[Path], early: bool, at: float | None) -> list[Opened]:
+def open_all(paths: Sequence[Path], early: bool, at: float | None,
+             split: int | None = None) -> list[Opened]:
     """Each of ``paths`` opened, in order (``early``: with its baselines and retention
-    read; ``at``: only the baselines in force then)."""
-    n = min(processes(), len(paths) // SHARE_FROM) if len(paths) >= SPLIT_FROM else 1
+    read; ``at``: only the baselines in force then; ``split``: processes, this one among
+    them, instead of one per free CPU from ``SPLIT_FROM`` files on)."""
+    n = split or (min(processes(), len(paths) // SHARE_FROM) if len(paths) >= SPLIT_FROM
+                  else 1)
     if n <= 1:
         return [_open(path, early, at) for path in paths]
     bounds = [len(paths) * i // n for i in range(n + 1)]

@@ -203,22 +203,23 @@ def processes() -> int:
 def _read_split(stores: Sequence[Store], query: tuple, processes: int | None = None
                 ) -> Read | None:
     """``_read`` with the files split between this process and forked ones (one per free
-    CPU): each child opens its own files (a forked process may not use its parent's SQLite
-    connections) and sends what it read back (``processes``: how many, this one among
-    them); counts merge exactly, and the sums are added
-    file by file in the parent, in the files' order, so the result is the same to the bit."""
+    CPU): each child connects anew to its files (a forked process may not use its parent's
+    SQLite connections: they are closed before the fork) and sends what it read back
+    (``processes``: how many, this one among them); counts merge exactly, and the sums are
+    added file by file in the parent, in the files' order, so the result is the same to the
+    bit."""
     n = processes or min(_cpus(), len(stores) // (SPLIT_FROM // 2) or 1)
     if n <= 1:
         return _read(stores, query)
     bounds = [len(stores) * i // n for i in range(n + 1)]
-    READERS.release_all()  # the children inherit no connection (nor its descriptors)
+    READERS.release_all()  # the children inherit no open connection (nor its descriptors)
     children = []
     for i in range(1, n):
         read_end, write_end = os.pipe()
         pid = os.fork()
         if pid == 0:  # the child: it never returns
             os.close(read_end)
-            _child([s.path for s in stores[bounds[i]:bounds[i + 1]]], query, write_end)
+            _child(stores[bounds[i]:bounds[i + 1]], query, write_end)
         os.close(write_end)
         children.append((pid, read_end))
     try:
@@ -254,11 +255,12 @@ def _read_split(stores: Sequence[Store], query: tuple, processes: int | None = N
     return per_file, codes, parts, ends, visits
 
 
-def _child(paths: list, query: tuple, write_end: int) -> None:
+def _child(stores: Sequence[Store], query: tuple, write_end: int) -> None:
+    """Read ``stores`` (the parent's, all released before the fork: each connects anew
+    here, as after a release) and send what they hold to the parent."""
     status = 1
     try:
         try:
-            stores = [Store(path, readonly=True) for path in paths]
             got: tuple = ("read", _read(stores, query))
         except StoreError as exc:
             got = ("error", str(exc))
