@@ -21,8 +21,7 @@ from pathlib import Path
 
 from slowdown.analysis.stats.baseline import load, load_histograms
 from slowdown.analysis.store import Store, StoreError
-from slowdown.analysis.store.cluster_windows import processes
-from slowdown.analysis.store.open_files import READERS
+from slowdown.analysis.store.open_files import READERS, processes
 from slowdown.analysis.store.retention import kept_from
 
 # Files from which the opening is split between processes (below, a fork costs more than it

@@ -30,15 +30,15 @@ import numpy as np
 from slowdown.analysis.histogram import Histogram, codec
 from slowdown.analysis.histogram.buckets import BucketCounts
 from slowdown.analysis.store.open_files import READERS
+from slowdown.analysis.store.open_files import processes as forkable
 from slowdown.analysis.store.records import HOUR, MINUTE, Aggregate
 from slowdown.analysis.store.schema import stuck_end_of
 from slowdown.analysis.store.store import TABLES, Selection, Store, StoreError
 
 # Blobs decoded together: a few MiB of pairs at a time, whatever the number of files.
 CHUNK = 65536
-# Files from which the reading is split between processes, and the most processes.
+# Files from which the reading is split between processes.
 SPLIT_FROM = 64
-MAX_PROCESSES = 8
 
 
 def nested_windows(stores: Sequence[Store], names: Selection, end: int,
@@ -191,15 +191,6 @@ def _remember(stores: Sequence[Store], names: Selection, start: int, end: int,
         store.known[("newest",)] = newest
 
 
-def processes() -> int:
-    """Processes worth forking to read files: one per free CPU, at most MAX_PROCESSES."""
-    try:
-        free = len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        free = os.cpu_count() or 1
-    return max(1, min(free, MAX_PROCESSES)) if hasattr(os, "fork") else 1
-
-
 def _read_split(stores: Sequence[Store], query: tuple, processes: int | None = None
                 ) -> Read | None:
     """``_read`` with the files split between this process and forked ones (one per free
@@ -208,7 +199,7 @@ def _read_split(stores: Sequence[Store], query: tuple, processes: int | None = N
     (``processes``: how many, this one among them); counts merge exactly, and the sums are
     added file by file in the parent, in the files' order, so the result is the same to the
     bit."""
-    n = processes or min(_cpus(), len(stores) // (SPLIT_FROM // 2) or 1)
+    n = processes or min(forkable(), len(stores) // (SPLIT_FROM // 2) or 1)
     if n <= 1:
         return _read(stores, query)
     bounds = [len(stores) * i // n for i in range(n + 1)]
@@ -335,6 +326,4 @@ def _merge_into(parts: dict[int, Histogram], blobs: list[bytes],
             parts[lab] = h
 
 
-_cpus = processes  # (``_read_split`` has a parameter of that name)
-
-__all__ = ["nested_windows", "processes"]
+__all__ = ["nested_windows"]
