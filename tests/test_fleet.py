@@ -259,7 +259,7 @@ def test_nested_windows_over_many_files_are_each_windows_merge(three_hosts):
 def test_nested_windows_split_between_processes_are_the_same_to_the_bit(three_hosts):
     """The files of a cluster read by three processes give what one process reads, each
     file's sums and every histogram; a damaged file in a forked process's share is named."""
-    from slowdown.analysis.store import Selection, StoreError, cluster_windows
+    from slowdown.analysis.store import Selection, StoreError, cluster_windows, merged
 
     paths = []
     for i in range(9):
@@ -274,9 +274,17 @@ def test_nested_windows_split_between_processes_are_the_same_to_the_bit(three_ho
     split = cluster_windows._read_split(stores, query, processes=3)
     assert one is not None and split is not None
     assert split[0] == one[0] and len(one[0]) == 9  # each file's sums, in the files' order
+    assert split[4] == one[4] and len(one[4]) == 9  # and what each file's visit saw besides
+    window = Selection(start=NOV + 100 * 60 - 3600, end=NOV + 100 * 60)
+    assert [{h for h, _, _ in seen} for seen, _ in one[4]] == \
+        [merged.hosts_with_records(store, window) for store in stores]  # as its query says
+    assert [newest for _, newest in one[4]] == [
+        {series: store.latest_start(Selection(hosts=(series[0],), targets=(series[1],),
+                                              ops=(series[2],)))
+         for series in store.series()} for store in stores]
 
     def by_name(read):
-        _, codes, parts, _ = read
+        _, codes, parts, *_ = read
         return {(key, k): parts[code * 3 + k] for key, code in codes.items()
                 for k in range(3) if code * 3 + k in parts}
 
@@ -299,3 +307,42 @@ def test_rebaseline_over_several_files_does_each(three_hosts):
         with Store(three_hosts / f"n{i}.db", readonly=True) as store:
             assert {b.reason for b in baseline.load(store)} == {"new OSTs"}
             assert len(baseline.load_histograms(store)) == 2
+
+
+def test_files_opened_by_several_processes_are_those_one_process_opens(three_hosts):
+    """The forked opening of a cluster view gives, file by file and in order, what one
+    process gives: the series, the baselines in force and their histograms, the errors of a
+    damaged and a foreign file in a child's share; its stores read as stores opened here."""
+    from slowdown.analysis.cli.opening import open_all
+    from slowdown.analysis.store import Selection
+
+    paths = []
+    for i in range(8):
+        path = three_hosts / f"c{i}.db"
+        shutil.copy(three_hosts / f"n{i % 3}.db", path)
+        with sqlite3.connect(path) as conn:
+            conn.execute("UPDATE series SET host = ?", (f"c{i}",))
+        paths.append(path)
+    with Store(paths[1]) as store:  # baselines: one in force at AT, one not yet
+        baseline.rebaseline(store, NOV + 30 * 60, "new OSTs", NOV, NOV + 30 * 60)
+        baseline.rebaseline(store, NOV + 200 * 60, "later", NOV, NOV + 60 * 60)
+    with open(paths[5], "r+b") as f:
+        f.seek(100)
+        f.write(b"\xa5" * 3000)
+    paths[6].write_text("not a database at all\n" * 100)
+    at = NOV + 100 * 60
+    one = open_all(paths, True, at, split=1)
+    split = open_all(paths, True, at, split=3)
+    assert [(s is None, series, read, error) for s, series, read, error in split] == \
+        [(s is None, series, read, error) for s, series, read, error in one]
+    assert [e is not None for *_, e in one] == [False] * 5 + [True, True, False]
+    assert one[5][3].endswith("c5.db: database disk image is malformed")
+    assert one[6][3].endswith("c6.db: file is not a database")
+    assert [b.reason for b in one[1][2][1]] == ["new OSTs"] * len(one[1][2][1])
+    assert one[1][2][1] and one[1][2][2]  # in force at AT, with its histograms
+    for (mine, *_), (theirs, *_) in zip(one, split):
+        if mine is not None:
+            assert theirs.latest_start(Selection()) == mine.latest_start(Selection())
+            assert theirs.series() == mine.series()
+            mine.close()
+            theirs.close()

@@ -117,7 +117,7 @@ def check(ctx, dbs, targets, hosts, ops, at, window, statistic, warning, critica
           errors_warning, errors_critical, stale):
     """Monitoring-plugin mode: exit 0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN, with perfdata."""
     try:
-        reader = cli.open_reader(ctx, dbs, targets, hosts, ops, at)
+        reader = cli.open_reader(ctx, dbs, targets, hosts, ops, at, one_moment=True)
         span = cli.parse_duration_option(window, "--window")
         stale_after = (cli.parse_duration_option(stale, "--stale") if stale is not None
                        else STALE + copies_every(reader))

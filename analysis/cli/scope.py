@@ -11,6 +11,7 @@ from pathlib import Path
 
 import click
 
+from slowdown.analysis.cli.opening import open_all
 from slowdown.analysis.config import Config, ConfigError, load
 from slowdown.analysis.stats.baseline import BaselineBook
 from slowdown.analysis.stats.window import quantile_of
@@ -152,7 +153,10 @@ class Reader:
         click.echo(f"note: {files}: {said}; {flag} begins before", err=True)
 
     def book(self) -> BaselineBook:
-        loaded, self.early = self.early, None  # read again by a later book (watch)
+        """The baselines of the files. The first one made of what was read while opening
+        (with ``one_moment``, the baselines in force at ``now`` only); later ones read again
+        (a verdict's, watch's)."""
+        loaded, self.early = self.early, None
         return BaselineBook(self.stores, self.config.baseline.expected,
                             [(rows, blobs) for _, rows, blobs in loaded] if loaded else None)
 
@@ -402,7 +406,11 @@ def _age(newest: float | None, now: float) -> float | None:
 
 
 def open_reader(ctx: click.Context, dbs: Sequence[str], targets: Sequence[str],
-                hosts: Sequence[str], ops: Sequence[str], at: str | None) -> Reader:
+                hosts: Sequence[str], ops: Sequence[str], at: str | None,
+                one_moment: bool = False) -> Reader:
+    """``one_moment``: the command's first ``book()`` is asked only for the expected values
+    at the moment looked at (``slowdown``, ``check``), so a cluster view reads only the
+    baselines in force then while it opens each file."""
     config = ctx.obj["config"]()
     given = ctx.obj.get("read", {})
     dbs = dbs or given.get("dbs", ())
@@ -419,21 +427,19 @@ def open_reader(ctx: click.Context, dbs: Sequence[str], targets: Sequence[str],
         raise click.ClickException(str(exc)) from None
     stores, store_series, skipped = [], [], []
     early: list[tuple[dict, list, dict]] | None = [] if len(paths) > 1 else None
-    for path in paths:
-        try:
-            store = Store(path, readonly=True)
-            try:
-                store_series.append(store.series())
-            except sqlite3.DatabaseError as exc:
-                store.close()
-                raise StoreError(f"{path}: {exc}") from None
-            early = _read_early(store, early)
-        except StoreError as exc:
+    for path, (store, series, read, error) in zip(paths, open_all(
+            paths, early is not None, moment if one_moment else None)):
+        if store is None:
             if len(paths) == 1:  # the one file named: one line, and stop
-                raise click.ClickException(str(exc)) from None
-            skipped.append((str(path), str(exc)))  # a cluster goes on with the others
+                raise click.ClickException(str(error)) from None
+            skipped.append((str(path), str(error)))  # a cluster goes on with the others
             continue
+        if early is not None and read is None:
+            early = None  # each file's read again when asked for
+        elif early is not None:
+            early.append(read)
         stores.append(store)
+        store_series.append(series)
     if not stores:
         raise click.ClickException(f"none of the {len(paths)} databases could be read: "
                                    + "; ".join(why for _, why in skipped[:3])
@@ -441,22 +447,6 @@ def open_reader(ctx: click.Context, dbs: Sequence[str], targets: Sequence[str],
     series = sorted({s for each in store_series for s in each})
     return Reader(config, stores, tuple(targets), tuple(hosts), tuple(ops), moment, at is None,
                   series, store_series, skipped=skipped, early=early)
-
-
-def _read_early(store: Store, early: list | None) -> list | None:
-    """``early`` with what ``store`` holds that a cluster view asks of every file (see
-    ``Reader.early``), read while it is open; None where a file fails to give it: then each
-    is read when asked for, and a damaged table named as it is without this."""
-    if early is None:
-        return None
-    from slowdown.analysis.stats.baseline import load, load_histograms
-    from slowdown.analysis.store.retention import kept_from
-
-    try:
-        early.append((dict(kept_from([store])), load(store), load_histograms(store)))
-    except (sqlite3.DatabaseError, StoreError):
-        return None
-    return early
 
 
 def load_config_or_exit(path: Path | None) -> Config:

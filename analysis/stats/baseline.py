@@ -20,6 +20,7 @@ how hosts that started or were rebaselined at different moments combine).
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import math
 import time
@@ -155,12 +156,27 @@ def _made(store: Store, target: str, op: str, stats: Sequence[str], start: int, 
         histograms[(target, op, start, end)] = agg.histogram
 
 
-def load(store: Store) -> list[Baseline]:
+_FIELDS = tuple(f.name for f in dataclasses.fields(Baseline))
+
+
+def load(store: Store, at: float | None = None) -> list[Baseline]:
+    """The file's baselines in the order they were made; ``at``: only those in force then
+    (a cluster view of one moment: about half the rows of every file)."""
+    when, params = ("", ()) if at is None else \
+        (" WHERE valid_from <= ? AND (valid_to IS NULL OR valid_to > ?)", (at, at))
     rows = store.conn.execute(
         "SELECT target, op, statistic, value, samples, data_from, data_to, valid_from, valid_to,"
-        " provisional, reason FROM baselines ORDER BY valid_from, id"
-    )
-    return [Baseline(*r[:9], bool(r[9]), r[10]) for r in rows]
+        f" provisional, reason FROM baselines{when} ORDER BY valid_from, id", params)
+    # Made as ``Baseline(*row)`` would, without the frozen __init__'s setattr per field
+    # (half the time of reading a file's baselines).
+    made = []
+    for row in rows:
+        b = object.__new__(Baseline)
+        fields = b.__dict__
+        fields.update(zip(_FIELDS, row))
+        fields["provisional"] = bool(row[9])
+        made.append(b)
+    return made
 
 
 def _statistics(extra: Iterable[str]) -> list[str]:

@@ -30,15 +30,15 @@ import numpy as np
 from slowdown.analysis.histogram import Histogram, codec
 from slowdown.analysis.histogram.buckets import BucketCounts
 from slowdown.analysis.store.open_files import READERS
+from slowdown.analysis.store.open_files import processes as forkable
 from slowdown.analysis.store.records import HOUR, MINUTE, Aggregate
 from slowdown.analysis.store.schema import stuck_end_of
 from slowdown.analysis.store.store import TABLES, Selection, Store, StoreError
 
 # Blobs decoded together: a few MiB of pairs at a time, whatever the number of files.
 CHUNK = 65536
-# Files from which the reading is split between processes, and the most processes.
+# Files from which the reading is split between processes.
 SPLIT_FROM = 64
-MAX_PROCESSES = 8
 
 
 def nested_windows(stores: Sequence[Store], names: Selection, end: int,
@@ -56,7 +56,8 @@ def nested_windows(stores: Sequence[Store], names: Selection, end: int,
     read = _read_split(stores, query) if len(stores) >= SPLIT_FROM else _read(stores, query)
     if read is None:
         return None
-    per_file, codes, parts, ends = read
+    per_file, codes, parts, ends, visits = read
+    _remember(stores, names, end - spans[-1], end, visits)
     sums: dict[tuple[str, str, int], list] = {}
     for groups in per_file:  # added in the order of the files, as one process adds them
         for target, op, k, numbers in groups:
@@ -97,26 +98,31 @@ def _query(names: Selection, end: int, spans: Sequence[int]) -> tuple:
                               for k, s in enumerate(spans)) + " END"
     where, params = dataclasses.replace(names, start=int(end - spans[-1]), end=int(end)).where()
 
-    def both(version: int) -> str:
+    def both(version: int, hist: bool = True) -> str:
+        """(``hist``: with the blobs; the sums leave them out, so that SQLite does not copy
+        each record's blob into the subquery only to drop it: the same rows, in the same
+        order, so the same sums to the bit.)"""
         return " UNION ALL ".join(
             f"SELECT s.id AS id, s.target AS target, s.op AS op, {part} AS k, r.start AS start, "
             "r.count AS count, r.errors AS errors, r.skipped AS skipped, r.sum AS sum, "
             "r.sumsq AS sumsq, r.min AS min, r.max AS max, r.stuck AS stuck, "
-            f"{stuck_end_of(version)} AS stuck_end, r.hist AS hist "
+            f"{stuck_end_of(version)} AS stuck_end{', r.hist AS hist' if hist else ''} "
             f"FROM series s CROSS JOIN {table} r ON r.series = s.id WHERE {where}"
             for table in TABLES.values())
     return both, params * len(TABLES), end - spans[-1], end, len(spans)
 
 
 Read = tuple[list[list[tuple]], dict[tuple[str, str], int], dict[int, Histogram],
-             dict[tuple[str, str], list[tuple[int, float]]]]
+             dict[tuple[str, str], list[tuple[int, float]]], list[tuple[set, dict]]]
 
 
 def _read(stores: Sequence[Store], query: tuple) -> Read | None:
     """Each file's sums per (target, op, part), in the order of the files; the code of each
     (target, op); the histogram of each label (code * parts + part); per (target, op) the
     (start, stuck_end) of each series' latest record where one of its records holds a stuck
-    age at its end. None where a file holds an hour record in the window."""
+    age at its end; per file, in the same visit, what a cluster view asks of it next (see
+    ``_remember``): the series with a record in the longest window, and the start of each
+    series' newest minute record. None where a file holds an hour record in the window."""
     statement, params, start, end, width = query
     per_file: list[list[tuple]] = []
     ends: dict[tuple[str, str], list[tuple[int, float]]] = {}
@@ -124,6 +130,7 @@ def _read(stores: Sequence[Store], query: tuple) -> Read | None:
     parts: dict[int, Histogram] = {}  # label -> the part's histogram
     blobs: list[bytes] = []
     labels: list[np.ndarray] = []
+    visits: list[tuple[set, dict]] = []
     for store in stores:
         if _hours_within(store, start, end):  # in the same visit of the file
             return None
@@ -132,7 +139,8 @@ def _read(stores: Sequence[Store], query: tuple) -> Read | None:
             sums = [(target, op, k, numbers) for target, op, k, *numbers in store.conn.execute(
                 "SELECT target, op, k, count(*), sum(errors), sum(skipped), sum(sum), "
                 "sum(sumsq), min(min), max(max), max(stuck), min(start), max(start), "
-                f"max(stuck_end) FROM ({both}) GROUP BY target, op, k", params)]
+                f"max(stuck_end) FROM ({statement(store.version, hist=False)}) "
+                "GROUP BY target, op, k", params)]
             per_file.append(sums)
             if any(numbers[-1] for *_, numbers in sums):  # rare: an op stuck at a record's end
                 for target, op, latest, age in store.conn.execute(
@@ -141,50 +149,68 @@ def _read(stores: Sequence[Store], query: tuple) -> Read | None:
                         "WHERE age > 0", params):
                     ends.setdefault((target, op), []).append((latest, age))
             rows = store.conn.execute(f"SELECT id, k, hist FROM ({both})", params).fetchall()
+            names: dict[int, tuple[str, str, str]] = {}
+            newest: dict[tuple[str, str, str], int | None] = {}
+            for sid, host, target, op, latest in store.conn.execute(
+                    "SELECT s.id, s.host, s.target, s.op, (SELECT max(m.start) FROM "
+                    f"{TABLES[MINUTE]} m WHERE m.series = s.id) FROM series s"):
+                names[sid] = (host, target, op)
+                newest[(host, target, op)] = latest
             if rows:  # columns at C speed: no Python work per record
                 ids, ks, hists = zip(*rows)
-                lookup = np.zeros(max(ids) + 1, np.int64)
-                for sid, target, op in store.conn.execute(
-                        "SELECT id, target, op FROM series WHERE id <= ?", (max(ids),)):
-                    lookup[sid] = codes.setdefault((target, op), len(codes))
+                top = max(ids)
+                lookup = np.zeros(top + 1, np.int64)
+                for sid in sorted(names):  # codes in the order of the ids, as before
+                    if sid <= top:
+                        lookup[sid] = codes.setdefault(names[sid][1:], len(codes))
                 labels.append(lookup[np.array(ids)] * width + np.array(ks))
                 blobs.extend(hists)
+            visits.append(({names[sid] for sid in set(ids)} if rows else set(), newest))
         except sqlite3.DatabaseError as exc:
             raise StoreError(f"{store.path}: {exc}") from None
         if len(blobs) >= CHUNK:
             _merge_into(parts, blobs, labels)
             blobs, labels = [], []
     _merge_into(parts, blobs, labels)
-    return per_file, codes, parts, ends
+    return per_file, codes, parts, ends, visits
 
 
-def _processes() -> int:
-    try:
-        free = len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        free = os.cpu_count() or 1
-    return max(1, min(free, MAX_PROCESSES)) if hasattr(os, "fork") else 1
+def _remember(stores: Sequence[Store], names: Selection, start: int, end: int,
+              visits: Sequence[tuple[set, dict]]) -> None:
+    """What each file's visit read beyond the windows, kept on its store for the next
+    questions of the same command (``store.known``, each answered once): which hosts have a
+    record in the window (``merged.hosts_with_records``) and the newest minute record
+    (``Store.latest_start``), so that neither opens the file again."""
+    if names.targets or names.ops or names.pairs is not None:
+        seen_key = None  # the window's series as filtered: not every series of the window
+    else:
+        seen_key = ("seen", int(start), int(end), tuple(names.hosts))
+    for store, (seen, newest) in zip(stores, visits):
+        if seen_key is not None:
+            store.known[seen_key] = seen
+        store.known[("newest",)] = newest
 
 
 def _read_split(stores: Sequence[Store], query: tuple, processes: int | None = None
                 ) -> Read | None:
     """``_read`` with the files split between this process and forked ones (one per free
-    CPU): each child opens its own files (a forked process may not use its parent's SQLite
-    connections) and sends what it read back (``processes``: how many, this one among
-    them); counts merge exactly, and the sums are added
-    file by file in the parent, in the files' order, so the result is the same to the bit."""
-    n = processes or min(_processes(), len(stores) // (SPLIT_FROM // 2) or 1)
+    CPU): each child connects anew to its files (a forked process may not use its parent's
+    SQLite connections: they are closed before the fork) and sends what it read back
+    (``processes``: how many, this one among them); counts merge exactly, and the sums are
+    added file by file in the parent, in the files' order, so the result is the same to the
+    bit."""
+    n = processes or min(forkable(), len(stores) // (SPLIT_FROM // 2) or 1)
     if n <= 1:
         return _read(stores, query)
     bounds = [len(stores) * i // n for i in range(n + 1)]
-    READERS.release_all()  # the children inherit no connection (nor its descriptors)
+    READERS.release_all()  # the children inherit no open connection (nor its descriptors)
     children = []
     for i in range(1, n):
         read_end, write_end = os.pipe()
         pid = os.fork()
         if pid == 0:  # the child: it never returns
             os.close(read_end)
-            _child([s.path for s in stores[bounds[i]:bounds[i + 1]]], query, write_end)
+            _child(stores[bounds[i]:bounds[i + 1]], query, write_end)
         os.close(write_end)
         children.append((pid, read_end))
     try:
@@ -201,9 +227,10 @@ def _read_split(stores: Sequence[Store], query: tuple, processes: int | None = N
             raise StoreError(got)
     if mine is None or any(got is None for _, got in theirs):
         return None
-    per_file, codes, parts, ends = mine
-    for _, (files, their_codes, their_parts, their_ends) in theirs:
+    per_file, codes, parts, ends, visits = mine
+    for _, (files, their_codes, their_parts, their_ends, their_visits) in theirs:
         per_file += files
+        visits += their_visits
         for pair, found in their_ends.items():
             ends.setdefault(pair, []).extend(found)
         width = query[4]
@@ -216,14 +243,15 @@ def _read_split(stores: Sequence[Store], query: tuple, processes: int | None = N
                         parts[ours * width + k].merge(h)
                     else:
                         parts[ours * width + k] = h
-    return per_file, codes, parts, ends
+    return per_file, codes, parts, ends, visits
 
 
-def _child(paths: list, query: tuple, write_end: int) -> None:
+def _child(stores: Sequence[Store], query: tuple, write_end: int) -> None:
+    """Read ``stores`` (the parent's, all released before the fork: each connects anew
+    here, as after a release) and send what they hold to the parent."""
     status = 1
     try:
         try:
-            stores = [Store(path, readonly=True) for path in paths]
             got: tuple = ("read", _read(stores, query))
         except StoreError as exc:
             got = ("error", str(exc))

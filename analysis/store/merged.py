@@ -11,7 +11,7 @@ import sqlite3
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from slowdown.analysis.store.store import Selection, Store, StoreError
+from slowdown.analysis.store.store import Selection, Store, StoreError, named, plain_globs
 
 # Names listed in a line of text; the JSON lists them all.
 LISTED = 12
@@ -56,6 +56,11 @@ def _names(names: Sequence[str]) -> str:
 
 def hosts_with_records(store: Store, selection: Selection) -> set[str]:
     """The hosts of ``store`` with a minute or hour record starting in the selection."""
+    seen = store.known.pop(("seen", int(selection.start or 0), int(selection.end or 0),
+                            tuple(selection.hosts)), None)
+    if seen is not None and selection.start is not None and selection.end is not None \
+            and selection.pairs is None and plain_globs(selection):
+        return {series[0] for series in seen if named(series, selection)}
     names, params = selection.series_where()
     times, time_params = selection.time_where("r")
     sql = (f"SELECT DISTINCT s.host FROM series s WHERE {names} AND ("

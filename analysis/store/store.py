@@ -14,7 +14,6 @@ import os
 import sqlite3
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 from slowdown.analysis.histogram import Histogram, codec
@@ -28,6 +27,7 @@ from slowdown.analysis.store.records import (
     NodeContext,
     Record,
 )
+from slowdown.analysis.store.selection import Selection, named, plain_globs
 from slowdown.analysis.store.window import aggregate_rows
 
 TABLES = {MINUTE: "minutes", HOUR: "hours"}
@@ -37,57 +37,6 @@ _DERIVED = ", ".join(schema.DERIVED_COLUMNS)  # for SQL readers, see schema.py
 
 class StoreError(Exception):
     """A database that cannot be opened, read or written; the message names the file."""
-
-
-@dataclass(frozen=True)
-class Selection:
-    """Which records to read. Name filters are shell globs (``md-*``); empty means all.
-
-    ``start`` is inclusive and ``end`` exclusive, both unix seconds: a record is selected
-    when its span overlaps ``[start, end)`` (an hour record cut by an edge included; how much
-    of it counts is ``records.overlap_units``).
-    """
-
-    hosts: tuple[str, ...] = ()
-    targets: tuple[str, ...] = ()
-    ops: tuple[str, ...] = ()
-    start: int | None = None
-    end: int | None = None
-    pairs: tuple[tuple[str, str], ...] | None = None  # exact (target, op) names, if limited
-
-    def where(self, alias: str = "r", span: int = MINUTE) -> tuple[str, list]:
-        """The SQL condition on series ``s`` and records ``alias`` of ``span`` seconds, and its
-        parameters."""
-        names, name_params = self.series_where()
-        times, time_params = self.time_where(alias, span)
-        return f"{names} AND {times}", name_params + time_params
-
-    def series_where(self) -> tuple[str, list]:
-        """The condition on the names of series ``s``."""
-        clauses: list[str] = []
-        params: list = []
-        for column, patterns in (("host", self.hosts), ("target", self.targets), ("op", self.ops)):
-            if patterns:
-                clauses.append("(" + " OR ".join(f"s.{column} GLOB ?" for _ in patterns) + ")")
-                params.extend(patterns)
-        if self.pairs is not None:
-            clauses.append("(" + (" OR ".join("(s.target = ? AND s.op = ?)" for _ in self.pairs)
-                                  or "0") + ")")
-            params.extend(name for pair in self.pairs for name in pair)
-        return " AND ".join(clauses) or "1", params
-
-    def time_where(self, alias: str = "r", span: int = MINUTE) -> tuple[str, list]:
-        """The condition on records ``alias`` of ``span`` seconds: those that overlap the
-        range (on the start column, so the primary key finds them)."""
-        clauses: list[str] = []
-        params: list = []
-        if self.start is not None:
-            clauses.append(f"{alias}.start > ?")
-            params.append(int(self.start) - span)
-        if self.end is not None:
-            clauses.append(f"{alias}.start < ?")
-            params.append(int(self.end))
-        return " AND ".join(clauses) or "1", params
 
 
 def _set_wal(conn: sqlite3.Connection, timeout: float) -> None:
@@ -219,6 +168,9 @@ class Store:
         self._watch_wal: str | None = None  # an immutable reader's cue to reconnect
         self._released = False  # a reader closed by the bound on open files (open_files.py)
         self._uri: str | None = None
+        # What a visit of a cluster view read for a later question of the same command
+        # (cluster_windows.py), each answer taken once: ("newest",), ("seen", start, end, hosts).
+        self.known: dict[tuple, object] = {}
         try:
             if readonly:
                 if not self.path.exists():
@@ -247,6 +199,26 @@ class Store:
         except sqlite3.DatabaseError as exc:
             self._abandon()
             raise StoreError(f"{self.path}: {exc}") from None
+
+    def elsewhere_state(self) -> tuple:
+        """What ``opened_elsewhere`` needs to know of this reader, opened and checked here."""
+        return self.version, self._uri, self._watch_wal
+
+    @classmethod
+    def opened_elsewhere(cls, path: str | os.PathLike, state: tuple) -> Store:
+        """A reader of a file another process opened and checked a moment ago
+        (``cli/opening.py``): closed until first used, then connected as after a
+        ``release`` (open_files.py), without a second schema check."""
+        store = cls.__new__(cls)
+        store.path = Path(path)
+        store.readonly = True
+        store._series = {}
+        store._timeout, store._check_same_thread = 10.0, True
+        store.version, store._uri, store._watch_wal = state
+        store._released = True
+        store._conn = None  # type: ignore[assignment]
+        store.known = {}
+        return store
 
     def _abandon(self) -> None:
         """A file refused while opening: its connection (if any) closed at once."""
@@ -297,7 +269,8 @@ class Store:
         self._watch_wal = None
         READERS.forget(self)
         self._released = False
-        self._conn.close()
+        if self._conn is not None:  # None: opened elsewhere, never used here
+            self._conn.close()
 
     def __enter__(self) -> Store:
         return self
@@ -463,6 +436,11 @@ class Store:
 
     def latest_start(self, selection: Selection = Selection()) -> int | None:
         """Start of the newest minute record in the selection, or None."""
+        newest = self.known.pop(("newest",), None)
+        if newest is not None and selection.start is None and selection.end is None \
+                and selection.pairs is None and plain_globs(selection):
+            return max((start for series, start in newest.items()
+                        if start is not None and named(series, selection)), default=None)
         where, params = selection.where()
         row = self.conn.execute(
             f"SELECT max(r.start) FROM minutes r JOIN series s ON s.id = r.series WHERE {where}",
@@ -487,12 +465,12 @@ def aggregate(stores: Sequence[Store], selection: Selection = Selection()) -> Ag
 
 def expand_paths(patterns: Iterable[str]) -> list[Path]:
     """Database files named by paths or globs; a pattern that names nothing is an error."""
-    paths: list[Path] = []
+    paths: dict[Path, None] = {}  # in order, each once (a set beside: thousands of files)
     for pattern in patterns:
         expanded = os.path.expanduser(pattern)
         # A file that exists is itself, even when its name holds glob syntax ("node[1].db").
         matches = [expanded] if os.path.isfile(expanded) else sorted(glob.glob(expanded))
         if not matches:
             raise StoreError(f"{pattern}: no such database")
-        paths.extend(Path(m) for m in matches if Path(m) not in paths)
-    return paths
+        paths.update((Path(m), None) for m in matches)
+    return list(paths)
