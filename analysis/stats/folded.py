@@ -29,7 +29,7 @@ import numpy as np
 
 from slowdown.analysis.histogram import codec, mapping_for
 from slowdown.analysis.store import Selection, Store, StoreError, schema
-from slowdown.analysis.store.records import TABLES_SPAN, UNIT
+from slowdown.analysis.store.records import HOUR, TABLES_SPAN, UNIT
 
 _ROWS = "SELECT {columns} FROM {table} r WHERE r.series = ? AND {where} ORDER BY r.start"
 _DENSE = 1 << 23  # cells x buckets ranked at a time (64 MiB of float64)
@@ -76,14 +76,23 @@ class _Tables:
             width = table.shape[1]
         np.add.at(table.reshape(-1), row * width + (index - lowest), weight)
 
-    def at_scale(self, scale: int, rows: np.ndarray) -> tuple[int, np.ndarray]:
+    def at_scale(self, scale: int, rows: np.ndarray, shared: _Tables | None = None,
+                 shared_rows: np.ndarray | None = None, times: float = 1.0) \
+            -> tuple[int, np.ndarray]:
         """The counts of ``rows`` merged at ``scale`` (coarser tables' buckets are unions of
-        finer ones: index >> k), trimmed to the buckets with counts: (lowest, table)."""
+        finer ones: index >> k), trimmed to the buckets with counts: (lowest, table); plus
+        ``times`` the counts of ``shared`` at ``shared_rows`` (none where -1)."""
+        sources = [(s, lowest, table, rows, 1.0) for s, (lowest, table) in self.by_scale.items()]
+        if shared is not None and (shared_rows >= 0).any():
+            sources += [(s, lowest, table, shared_rows, times)
+                        for s, (lowest, table) in shared.by_scale.items()]
         parts = []
-        for s, (lowest, table) in self.by_scale.items():
+        for s, lowest, table, at, factor in sources:
             if s < scale:
                 continue
-            part = table[rows]
+            part = table[np.maximum(at, 0)]
+            if factor != 1.0 or (at < 0).any():
+                part = part * np.where(at >= 0, factor, 0.0)[:, None]
             index = (lowest + np.arange(part.shape[1])) >> (s - scale)
             if s > scale:  # add the fine columns into their coarse bucket
                 first = index - index[0]
@@ -122,6 +131,22 @@ class _Step:
         self.cut = np.zeros(n, bool)
         self.scale = np.full(n, 127, np.int64)
         self.tables = _Tables(n)
+        self.shared: _Tables | None = None
+        if step < HOUR:  # hour records cut into cells: see ``fold``
+            a = self.first + np.arange(self.n)
+            lo, hi = np.maximum(a * step, start), np.minimum((a + 1) * step, end)
+            self.hour_first = start // HOUR
+            self.hours = (end - 1) // HOUR - self.hour_first + 1
+            full = (hi - lo == step) & ((hi - 1) // HOUR == lo // HOUR)
+            self.slot = np.where(full, lo // HOUR - self.hour_first, -1)  # of each cell
+            self.shared = _Tables(self.hours * pairs)
+
+    def shared_rows(self, cells: np.ndarray) -> np.ndarray | None:
+        """The row of ``shared`` each cell takes ``step`` times (-1: none)."""
+        if self.shared is None:
+            return None
+        pair, slot = cells // self.n, self.slot[cells % self.n]
+        return np.where(slot >= 0, pair * self.hours + slot, -1)
 
     def fold(self, block: _Block, start: int, end: int) -> None:
         """A file's records of these pairs, in the order ``series`` reads them."""
@@ -140,6 +165,10 @@ class _Step:
             p_hi = np.minimum(hi[row], (absolute + 1) * step)
             units = (p_hi - p_lo) * (UNIT // block.span[row])
             cell = block.code[row] * self.n + (absolute - self.first)
+            # A cell wholly inside an hour record takes step / HOUR of it: the same share of
+            # its histogram in every such cell, kept once per hour (``shared``), not per cell.
+            full = (block.span[row] == HOUR) & (p_hi - p_lo == step) if \
+                self.shared is not None else np.zeros(len(row), bool)
         if not len(row):
             return
         n = len(self.units)
@@ -174,32 +203,45 @@ class _Step:
             np.minimum.at(self.scale, cell, of(block.scales))
         # Each histogram pair goes to every piece of its record: whole records' pairs (most)
         # straight to their cell with UNIT a sample, cut records' to each of their pieces.
-        per_row = np.bincount(row, minlength=len(block.start)) if not whole else None
-        first_piece = np.searchsorted(row, np.arange(len(block.start))) if not whole else None
-        whole_cell = cell if whole else \
-            np.where((per_row == 1) & (weight[np.minimum(first_piece, len(row) - 1)] == UNIT),
-                     cell[np.minimum(first_piece, len(row) - 1)], -1)
+        records = len(block.start)
+        if not whole:
+            per_row = np.bincount(row, minlength=records)
+            first_piece = np.minimum(np.searchsorted(row, np.arange(records)), len(row) - 1)
+            whole_cell = np.where((per_row == 1) & (weight[first_piece] == UNIT),
+                                  cell[first_piece], -1)
+            hour_row = np.full(records, -1, np.int64)  # of a record with full cells
+            if full.any():
+                with_full = np.unique(row[full])
+                hour_row[with_full] = block.code[with_full] * self.hours + (
+                    block.start[with_full] // HOUR - self.hour_first)
+            partial = np.flatnonzero((whole_cell[row] < 0) & ~full)  # pieces taken one by one
+            per_partial = np.bincount(row[partial], minlength=records)
+            first_partial = np.searchsorted(row[partial], np.arange(records))
         for scale, (sel, label, index, count, zero) in block.decoded().items():
-            rec = label if len(sel) == len(block.start) else sel[label]
-            target = whole_cell[rec]
+            if zero.any():  # zero counts: a number per piece
+                local = np.full(records, -1, np.int64)
+                local[sel] = np.arange(len(sel))
+                mine = local[row] >= 0
+                self.zero += np.bincount(cell[mine], weights=zero[local[row[mine]]]
+                                         * weight[mine], minlength=n)
+            rec = label if len(sel) == records else sel[label]
             if whole:
-                self.tables.add(scale, target, index, count * float(UNIT))
-            else:
-                one = target >= 0
-                self.tables.add(scale, target[one], index[one], count[one] * float(UNIT))
-                many = np.flatnonzero(~one)
-                k_pair = per_row[rec[many]]
-                pair = np.repeat(many, k_pair)
-                piece = (first_piece[rec[pair]] + np.arange(len(pair))
-                         - np.repeat(np.cumsum(k_pair) - k_pair, k_pair))
-                self.tables.add(scale, cell[piece], index[pair], count[pair] * weight[piece])
-            if not zero.any():
+                self.tables.add(scale, cell[rec], index, count * float(UNIT))
                 continue
-            local = np.full(len(block.start), -1, np.int64)
-            local[sel] = np.arange(len(sel))
-            mine = local[row] >= 0
-            self.zero += np.bincount(cell[mine], weights=zero[local[row[mine]]] * weight[mine],
-                                     minlength=n)
+            target = whole_cell[rec]
+            one = target >= 0
+            self.tables.add(scale, target[one], index[one], count[one] * float(UNIT))
+            to_hour = hour_row[rec]
+            shared = np.flatnonzero(to_hour >= 0)
+            if shared.size:
+                self.shared.add(scale, to_hour[shared], index[shared],
+                                count[shared] * float(UNIT // HOUR))
+            many = np.flatnonzero(per_partial[rec] > 0)
+            k_pair = per_partial[rec[many]]
+            pair = np.repeat(many, k_pair)
+            piece = partial[first_partial[rec[pair]] + np.arange(len(pair))
+                            - np.repeat(np.cumsum(k_pair) - k_pair, k_pair)]
+            self.tables.add(scale, cell[piece], index[pair], count[pair] * weight[piece])
 
     def single(self) -> bool:
         """Every cell one whole record: ``series`` takes this step (its stored quantiles)."""
@@ -387,7 +429,8 @@ def _quantiles(acc: _Step, present: np.ndarray, wanted: dict[str, float]) \
         step = max(1, _DENSE // max(1, sum(t.shape[1] for _, t in acc.tables.by_scale.values())))
         for a in range(0, len(cells), step):
             rows = cells[a:a + step]
-            lowest, table = acc.tables.at_scale(scale, rows)
+            lowest, table = acc.tables.at_scale(scale, rows, acc.shared,
+                                                acc.shared_rows(rows), float(acc.step))
             values = _ranked(scale, lowest, table, acc.units[rows], acc.zero[rows],
                              acc.cut[rows], acc.low[rows], acc.high[rows], wanted)
             for s, v in values.items():
