@@ -38,12 +38,13 @@ import numpy as np
 from slowdown.analysis.histogram import codec
 from slowdown.analysis.histogram.mapping import MIN_SCALE
 from slowdown.analysis.report import provision as prov
-from slowdown.analysis.stats import folded, series
+from slowdown.analysis.stats import folded, forked, series
 from slowdown.analysis.stats.window import quantile_of
 from slowdown.analysis.store import Selection, Store
 from slowdown.analysis.store.records import HOUR, MINUTE, TABLES_SPAN
 
 MAX_COLUMNS = 1500
+SPLIT_FROM = 16  # files from which a report's reading is split between processes
 STEPS = (60, 120, 300, 600, 900, 1200, 1800, 3600, 7200, 10800, 21600, 43200, 86400)
 MAX_ROWS = 120  # latency rows of a heat map at most
 PERCENTILES = ("median", "q90", "q95", "q99", "max")
@@ -329,8 +330,9 @@ def collect(reader, start: int, end: int, statistics: Sequence[str], windows: Se
     needed = list(dict.fromkeys([grid.step, *steps.values()]))
     if len(stores) > 1:  # a cluster: each file read once for every figure (stats.folded)
         extras = folded.Extras(grid.t0, grid.step, grid.columns)
-        at_step = dict(zip(needed, folded.histories(stores, selection, needed, wanted,
-                                                    extras=extras)))
+        at_step = dict(zip(needed, folded.histories(
+            stores, selection, needed, wanted, extras=extras,
+            processes=forked.free_cpus() if len(stores) >= SPLIT_FROM else 1)))
         heat = {pair: _folded_heatmap(grid, *v) for pair, v in extras.heat.items()}
         figures = extras.figures
     else:

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from slowdown.analysis.histogram import codec, mapping_for
+from slowdown.analysis.stats.bucket_tables import BucketTables
 from slowdown.analysis.store import Selection, Store, StoreError, schema
 from slowdown.analysis.store.records import HOUR, TABLES_SPAN, UNIT
 
@@ -49,71 +50,6 @@ class Extras:
     figures: dict = field(default_factory=dict)  # (target, op) -> ops/s of each minute record
 
 
-class _Tables:
-    """Dense (row, bucket) count tables, one per histogram scale, their bucket range grown as
-    indices come."""
-
-    def __init__(self, rows: int) -> None:
-        self.rows = rows
-        self.by_scale: dict[int, list] = {}  # scale -> [lowest index, table (rows, width)]
-
-    def add(self, scale: int, row: np.ndarray, index: np.ndarray, weight: np.ndarray) -> None:
-        if not index.size:
-            return
-        lo, hi = int(index.min()), int(index.max())
-        entry = self.by_scale.get(scale)
-        if entry is None:
-            entry = self.by_scale[scale] = [lo, np.zeros((self.rows, hi - lo + 1))]
-        lowest, table = entry
-        width = table.shape[1]
-        if lo < lowest or hi >= lowest + width:  # grow, with room for the next few files
-            new_lo, new_hi = min(lo, lowest), max(hi, lowest + width - 1)
-            pad = (new_hi - new_lo + 1) // 4
-            new_lo, new_hi = new_lo - pad, new_hi + pad
-            grown = np.zeros((self.rows, new_hi - new_lo + 1))
-            grown[:, lowest - new_lo:lowest - new_lo + width] = table
-            entry[0], entry[1] = lowest, table = new_lo, grown
-            width = table.shape[1]
-        np.add.at(table.reshape(-1), row * width + (index - lowest), weight)
-
-    def at_scale(self, scale: int, rows: np.ndarray, shared: _Tables | None = None,
-                 shared_rows: np.ndarray | None = None, times: float = 1.0) \
-            -> tuple[int, np.ndarray]:
-        """The counts of ``rows`` merged at ``scale`` (coarser tables' buckets are unions of
-        finer ones: index >> k), trimmed to the buckets with counts: (lowest, table); plus
-        ``times`` the counts of ``shared`` at ``shared_rows`` (none where -1)."""
-        sources = [(s, lowest, table, rows, 1.0) for s, (lowest, table) in self.by_scale.items()]
-        if shared is not None and (shared_rows >= 0).any():
-            sources += [(s, lowest, table, shared_rows, times)
-                        for s, (lowest, table) in shared.by_scale.items()]
-        parts = []
-        for s, lowest, table, at, factor in sources:
-            if s < scale:
-                continue
-            part = table[np.maximum(at, 0)]
-            if factor != 1.0 or (at < 0).any():
-                part = part * np.where(at >= 0, factor, 0.0)[:, None]
-            index = (lowest + np.arange(part.shape[1])) >> (s - scale)
-            if s > scale:  # add the fine columns into their coarse bucket
-                first = index - index[0]
-                coarse = np.zeros((len(rows), int(first[-1]) + 1))
-                for j in range(part.shape[1]):
-                    coarse[:, first[j]] += part[:, j]
-                part, index = coarse, index[0] + np.arange(coarse.shape[1])
-            parts.append((int(index[0]), part))
-        used = [(lo, p, np.flatnonzero(p.any(axis=0))) for lo, p in parts]
-        used = [(lo, p, nz) for lo, p, nz in used if nz.size]
-        if not used:
-            return 0, np.zeros((len(rows), 1))
-        lowest = min(lo + int(nz[0]) for lo, _, nz in used)
-        highest = max(lo + int(nz[-1]) for lo, _, nz in used)
-        out = np.zeros((len(rows), highest - lowest + 1))
-        for lo, p, nz in used:
-            a, b = lo + int(nz[0]), lo + int(nz[-1]) + 1
-            out[:, a - lowest:b - lowest] += p[:, a - lo:b - lo]
-        return lowest, out
-
-
 class _Step:
     """One step's accumulators for some (target, op) pairs: a cell per pair and step of the
     range (pair ``p``'s cells from ``p * n``)."""
@@ -130,8 +66,8 @@ class _Step:
         self.pieces = np.zeros(n, np.int64)
         self.cut = np.zeros(n, bool)
         self.scale = np.full(n, 127, np.int64)
-        self.tables = _Tables(n)
-        self.shared: _Tables | None = None
+        self.tables = BucketTables(n)
+        self.shared: BucketTables | None = None
         if step < HOUR:  # hour records cut into cells: see ``fold``
             a = self.first + np.arange(self.n)
             lo, hi = np.maximum(a * step, start), np.minimum((a + 1) * step, end)
@@ -139,7 +75,7 @@ class _Step:
             self.hours = (end - 1) // HOUR - self.hour_first + 1
             full = (hi - lo == step) & ((hi - 1) // HOUR == lo // HOUR)
             self.slot = np.where(full, lo // HOUR - self.hour_first, -1)  # of each cell
-            self.shared = _Tables(self.hours * pairs)
+            self.shared = BucketTables(self.hours * pairs)
 
     def shared_rows(self, cells: np.ndarray) -> np.ndarray | None:
         """The row of ``shared`` each cell takes ``step`` times (-1: none)."""
@@ -335,17 +271,56 @@ def _read(store: Store, series: list[tuple[int, int]], selection: Selection,
 
 def histories(stores: Sequence[Store], selection: Selection, steps: Sequence[int],
               statistics: Sequence[str], moments: bool = True,
-              extras: Extras | None = None) -> list:
+              extras: Extras | None = None, processes: int = 1) -> list:
     """``series.histories`` of ``stores`` (several files), each file read once for a batch
     of (target, op) pairs (all of them unless their cells would take more than ``BUDGET``);
-    with ``extras``, the report's heat maps and throughputs from the same read."""
+    with ``extras``, the report's heat maps and throughputs from the same read. With
+    ``processes`` over 1 the pairs are split between this process and forked ones (each
+    pair's numbers are made in one process: the same to the bit)."""
+    from slowdown.analysis.stats import forked
     from slowdown.analysis.stats.series import selected_series
     from slowdown.analysis.stats.window import quantile_of
 
     wanted = {s: quantile_of(s) for s in statistics if quantile_of(s) is not None}
-    start, end = int(selection.start), int(selection.end)
     found = sorted(selected_series(stores, selection))
     pairs = list(dict.fromkeys(f[:2] for f in found))
+    n = max(1, min(processes, len(pairs)))
+    groups = [pairs[len(pairs) * i // n:len(pairs) * (i + 1) // n] for i in range(n)]
+    spec = None if extras is None else (extras.grid_t0, extras.grid_step, extras.grid_columns)
+    done = forked.run_all(groups, lambda group: _fold_pairs(
+        stores, selection, steps, wanted, moments, spec, found, group))
+    names: list[tuple[str, str]] = []
+    parts: list[list[dict]] = [[] for _ in steps]
+    singles = [True] * len(steps)
+    for their_names, their_parts, their_singles, heat, figures in done:
+        for k, got in enumerate(their_parts):
+            for part in got:  # series codes after those of the processes before
+                parts[k].append({**part, "series": part["series"] + len(names)})
+        names += their_names
+        singles = [a and b for a, b in zip(singles, their_singles)]
+        if extras is not None:
+            extras.heat.update(heat)
+            extras.figures.update(figures)
+    out = [_joined(names, p, wanted, moments) for p in parts]
+    if any(singles):  # one whole record a cell: as ``series`` has it (stored quantiles)
+        from slowdown.analysis.stats import series
+
+        alone = [s for s, one in zip(steps, singles) if one]
+        again = dict(zip(alone, series.histories(stores, selection, alone, statistics, moments,
+                                                 fold=False)))
+        out = [again.get(s, cells) if one else cells
+               for s, one, cells in zip(steps, singles, out)]
+    return out
+
+
+def _fold_pairs(stores: Sequence[Store], selection: Selection, steps: Sequence[int],
+                wanted: dict[str, float], moments: bool, spec: tuple | None, found: list,
+                pairs: list[tuple[str, str]]) -> tuple:
+    """The cells of ``pairs`` (names with records, parts per step, whether each step is one
+    whole record a cell), and with ``spec`` (the report's grid) their heat maps and
+    throughputs."""
+    start, end = int(selection.start), int(selection.end)
+    extras = Extras(*spec) if spec is not None else None
     cells_per_pair = sum((end - 1) // s - start // s + 1 for s in steps) + \
         (extras.grid_columns if extras is not None else 0)
     batch = max(1, BUDGET // (cells_per_pair * _WIDTH))
@@ -386,16 +361,8 @@ def histories(stores: Sequence[Store], selection: Selection, steps: Sequence[int
                 if throughputs[j]:  # (as ``provision.per_node_figures``)
                     extras.figures[pair] = np.concatenate(throughputs[j])
         singles = [one and acc.single() for one, acc in zip(singles, accs)]
-    out = [_joined(names, p, wanted, moments) for p in parts]
-    if any(singles):  # one whole record a cell: as ``series`` has it (stored quantiles)
-        from slowdown.analysis.stats import series
-
-        alone = [s for s, one in zip(steps, singles) if one]
-        again = dict(zip(alone, series.histories(stores, selection, alone, statistics, moments,
-                                                 fold=False)))
-        out = [again.get(s, cells) if one else cells
-               for s, one, cells in zip(steps, singles, out)]
-    return out
+    return (names, parts, singles, extras.heat if extras else {},
+            extras.figures if extras else {})
 
 
 def _cells_of(acc: _Step, j: int, code: int, wanted: dict[str, float], moments: bool) -> dict:
@@ -491,7 +458,7 @@ class _Heat:
 
     def __init__(self, extras: Extras, pairs: int) -> None:
         self.extras, self.columns = extras, extras.grid_columns
-        self.tables = _Tables(self.columns * pairs)
+        self.tables = BucketTables(self.columns * pairs)
         self.zero = np.zeros(self.columns * pairs)
         self.scale = np.full(pairs, 127, np.int64)
 
