@@ -38,12 +38,13 @@ import numpy as np
 from slowdown.analysis.histogram import codec
 from slowdown.analysis.histogram.mapping import MIN_SCALE
 from slowdown.analysis.report import provision as prov
-from slowdown.analysis.stats import series
+from slowdown.analysis.stats import folded, forked, series
 from slowdown.analysis.stats.window import quantile_of
 from slowdown.analysis.store import Selection, Store
 from slowdown.analysis.store.records import HOUR, MINUTE, TABLES_SPAN
 
 MAX_COLUMNS = 1500
+SPLIT_FROM = 16  # files from which a report's reading is split between processes
 STEPS = (60, 120, 300, 600, 900, 1200, 1800, 3600, 7200, 10800, 21600, 43200, 86400)
 MAX_ROWS = 120  # latency rows of a heat map at most
 PERCENTILES = ("median", "q90", "q95", "q99", "max")
@@ -165,21 +166,46 @@ def _heatmap(grid: Grid, records: list[tuple[int, bytes]]) -> dict:
                              for f in ("label", "index", "count"))
     column = grid.column(np.asarray(starts, dtype=np.int64))
     lo, hi = (int(index.min()), int(index.max())) if index.size else (0, 0)
-    k = 0
-    while (hi >> k) - (lo >> k) + 1 > MAX_ROWS and scale - k > MIN_SCALE:
-        k += 1
+    k = _lowered(scale, lo, hi)
     lowest, rows = lo >> k, (hi >> k) - (lo >> k) + 1
     # Zero counts go to the lowest row.
     keys = np.concatenate([column[blob_of] * rows + (index >> k) - lowest, column * rows])
     weights = np.concatenate([count, zeros]).astype(np.float64)
     dense = np.bincount(keys, weights=weights, minlength=grid.columns * rows) \
         .astype(np.int64).reshape(grid.columns, rows)
+    return _heat_cells(grid, dense, scale - k, lowest, rows)
+
+
+def _lowered(scale: int, lo: int, hi: int) -> int:
+    """How many times the scale is lowered for buckets ``lo..hi`` to fit ``MAX_ROWS``."""
+    k = 0
+    while (hi >> k) - (lo >> k) + 1 > MAX_ROWS and scale - k > MIN_SCALE:
+        k += 1
+    return k
+
+
+def _folded_heatmap(grid: Grid, scale: int, lo: int, table: np.ndarray,
+                    zeros: np.ndarray) -> dict:
+    """``_heatmap`` from the (column, bucket) counts folded file by file
+    (``stats.folded.Extras``): the same rows and counts."""
+    hi = lo + table.shape[1] - 1
+    k = _lowered(scale, lo, hi)
+    lowest, rows = lo >> k, (hi >> k) - (lo >> k) + 1
+    row = ((lo + np.arange(table.shape[1])) >> k) - lowest
+    dense = np.zeros((grid.columns, rows))
+    for r in np.unique(row).tolist():  # the fine buckets of each row (exact: whole counts)
+        dense[:, r] = table[:, row == r].sum(axis=1)
+    dense[:, 0] += zeros
+    return _heat_cells(grid, dense.astype(np.int64), scale - k, lowest, rows)
+
+
+def _heat_cells(grid: Grid, dense: np.ndarray, scale: int, lowest: int, rows: int) -> dict:
     cells = []
     for i in np.flatnonzero(dense.any(axis=1)).tolist():
         nonzero = np.flatnonzero(dense[i])
         first, last = int(nonzero[0]), int(nonzero[-1])
         cells.append([i, first, *dense[i, first:last + 1].tolist()])
-    return {**grid.json(), "scale": scale - k, "lowest": lowest, "rows": rows,
+    return {**grid.json(), "scale": scale, "lowest": lowest, "rows": rows,
             "total": int(dense.sum()), "cells": cells}
 
 
@@ -302,11 +328,19 @@ def collect(reader, start: int, end: int, statistics: Sequence[str], windows: Se
     wanted = [s for s in dict.fromkeys([*PERCENTILES, *statistics]) if quantile_of(s) is not None]
     steps = {w: max(MINUTE, int(w) // MINUTE * MINUTE) for w in windows}
     needed = list(dict.fromkeys([grid.step, *steps.values()]))
-    at_step = dict(zip(needed, series.histories(stores, selection, needed, wanted)))
+    if len(stores) > 1:  # a cluster: each file read once for every figure (stats.folded)
+        extras = folded.Extras(grid.t0, grid.step, grid.columns)
+        at_step = dict(zip(needed, folded.histories(
+            stores, selection, needed, wanted, extras=extras,
+            processes=forked.free_cpus() if len(stores) >= SPLIT_FROM else 1)))
+        heat = {pair: _folded_heatmap(grid, *v) for pair, v in extras.heat.items()}
+        figures = extras.figures
+    else:
+        at_step = dict(zip(needed, series.histories(stores, selection, needed, wanted)))
+        heat = heatmaps(stores, selection, grid)
+        figures = prov.per_node_figures(stores, selection)
     cells = at_step[grid.step]
     runs = series.runs(cells)
-    heat = heatmaps(stores, selection, grid)
-    figures = prov.per_node_figures(stores, selection)
     first = _record_span(stores, selection)[0]
     slowdowns: dict[tuple[float, str, str], dict] = {}
     for window in windows:

@@ -158,10 +158,17 @@ def history(stores: Sequence[Store], selection: Selection, step: int,
 
 
 def histories(stores: Sequence[Store], selection: Selection, steps: Sequence[int],
-              statistics: Sequence[str], moments: bool = True) -> list[Cells]:
+              statistics: Sequence[str], moments: bool = True, fold: bool = True) \
+        -> list[Cells]:
     """``history`` at each of ``steps``, from one read of the records and, if any step needs
-    them, one read of their histograms."""
+    them, one read of their histograms; over several files (``fold``), a file at a time
+    (``stats.folded``: the same numbers, in memory that follows the cells)."""
     from slowdown.analysis.stats.window import quantile_of
+
+    if fold and len(stores) > 1 and None not in (selection.start, selection.end):
+        from slowdown.analysis.stats import folded
+
+        return folded.histories(stores, selection, steps, statistics, moments)
 
     wanted = {s: quantile_of(s) for s in statistics if quantile_of(s) is not None}
     stored = [_STORED[q] for q in wanted.values() if q in _STORED]
