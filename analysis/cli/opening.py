@@ -11,17 +11,12 @@ The files' order, the errors named and the numbers are those of one process open
 
 from __future__ import annotations
 
-import os
-import pickle
 import sqlite3
-import sys
-import traceback
 from collections.abc import Sequence
 from pathlib import Path
 
 from slowdown.analysis.stats.baseline import load, load_histograms
-from slowdown.analysis.store import Store, StoreError
-from slowdown.analysis.store.open_files import READERS, processes
+from slowdown.analysis.store import Store, StoreError, forking
 from slowdown.analysis.store.retention import kept_from
 
 # Files from which the opening is split between processes (below, a fork costs more than it
@@ -38,42 +33,46 @@ def open_all(paths: Sequence[Path], early: bool, at: float | None,
              split: int | None = None) -> list[Opened]:
     """Each of ``paths`` opened, in order (``early``: with its baselines and retention
     read; ``at``: only the baselines in force then; ``split``: processes, this one among
-    them, instead of one per free CPU from ``SPLIT_FROM`` files on)."""
-    n = split or (min(processes(), len(paths) // SHARE_FROM) if len(paths) >= SPLIT_FROM
-                  else 1)
+    them, instead of one per free CPU from ``SPLIT_FROM`` files on). A process that fails
+    (said on stderr) leaves its share to be opened here."""
+    n = split or (min(forking.processes(), len(paths) // SHARE_FROM)
+                  if len(paths) >= SPLIT_FROM else 1)
     if n <= 1:
         return [_open(path, early, at) for path in paths]
     bounds = [len(paths) * i // n for i in range(n + 1)]
-    READERS.release_all()  # the children inherit no connection (nor its descriptors)
-    sys.stdout.flush()
-    sys.stderr.flush()
-    children = []
-    for i in range(1, n):
-        read_end, write_end = os.pipe()
-        pid = os.fork()
-        if pid == 0:  # the child: it never returns
-            os.close(read_end)
-            _child(paths[bounds[i]:bounds[i + 1]], early, at, write_end)
-        os.close(write_end)
-        children.append((pid, read_end))
-    try:
-        opened = [_open(path, early, at) for path in paths[:bounds[1]]]
-    finally:
-        theirs = []
-        for pid, read_end in children:
-            with os.fdopen(read_end, "rb") as pipe:
-                data = pipe.read()
-            os.waitpid(pid, 0)
-            theirs.append(pickle.loads(data) if data else None)
-    for i, got in enumerate(theirs, start=1):
-        share = paths[bounds[i]:bounds[i + 1]]
-        if got is None:  # the process failed (said on stderr): its share opened here
-            opened += [_open(path, early, at) for path in share]
-            continue
-        for path, (state, series, read, error) in zip(share, got):
-            opened.append((Store.opened_elsewhere(path, state) if state else None, series,
-                           read, error))
+    # (share, sent): this process opens the first share itself and keeps its files open
+    tasks = [(paths[bounds[i]:bounds[i + 1]], i > 0) for i in range(n)]
+
+    def here(task: tuple) -> list[Opened]:
+        return [_open(path, early, at) for path in task[0]]
+
+    def run(task: tuple) -> list:
+        return _sent(task[0], early, at) if task[1] else here(task)
+
+    opened: list[Opened] = []
+    for (share, _), got in zip(tasks, forking.run_all(tasks, run, here)):
+        opened += [_received(path, one) for path, one in zip(share, got)]
     return opened
+
+
+def _sent(paths: Sequence[Path], early: bool, at: float | None) -> list:
+    """Each file opened and closed again, what was read kept (sent from a forked process:
+    the store's state, not its connection)."""
+    got = []
+    for path in paths:
+        store, series, read, error = _open(path, early, at)
+        got.append((store.elsewhere_state() if store else None, series, read, error))
+        if store is not None:
+            store.close()
+    return got
+
+
+def _received(path: Path, got: tuple) -> Opened:
+    """A file opened by ``_sent`` in another process, or by ``_open`` here."""
+    state, series, read, error = got
+    if isinstance(state, Store) or state is None:
+        return state, series, read, error
+    return Store.opened_elsewhere(path, state), series, read, error
 
 
 def _open(path: Path, early: bool, at: float | None) -> Opened:
@@ -96,26 +95,3 @@ def _early(store: Store, at: float | None) -> tuple | None:
         return dict(kept_from([store])), load(store, at), load_histograms(store)
     except (sqlite3.DatabaseError, StoreError):
         return None
-
-
-def _child(paths: Sequence[Path], early: bool, at: float | None, write_end: int) -> None:
-    status = 1
-    try:
-        got: list | None
-        try:
-            got = []
-            for path in paths:
-                store, series, read, error = _open(path, early, at)
-                got.append((store.elsewhere_state() if store else None, series, read, error))
-                if store is not None:
-                    store.close()
-        except Exception:  # a bug: the whole story on stderr; the parent opens them itself
-            traceback.print_exc()
-            sys.stderr.flush()
-            got = None
-        data = pickle.dumps(got, protocol=pickle.HIGHEST_PROTOCOL) if got is not None else b""
-        with os.fdopen(write_end, "wb") as pipe:
-            pipe.write(data)
-        status = 0
-    finally:
-        os._exit(status)

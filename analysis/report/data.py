@@ -38,9 +38,9 @@ import numpy as np
 from slowdown.analysis.histogram import codec
 from slowdown.analysis.histogram.mapping import MIN_SCALE
 from slowdown.analysis.report import provision as prov
-from slowdown.analysis.stats import folded, forked, series
+from slowdown.analysis.stats import folded, series
 from slowdown.analysis.stats.window import quantile_of
-from slowdown.analysis.store import Selection, Store
+from slowdown.analysis.store import Selection, Store, forking
 from slowdown.analysis.store.records import HOUR, MINUTE, TABLES_SPAN
 
 MAX_COLUMNS = 1500
@@ -332,7 +332,7 @@ def collect(reader, start: int, end: int, statistics: Sequence[str], windows: Se
         extras = folded.Extras(grid.t0, grid.step, grid.columns)
         at_step = dict(zip(needed, folded.histories(
             stores, selection, needed, wanted, extras=extras,
-            processes=forked.free_cpus() if len(stores) >= SPLIT_FROM else 1)))
+            processes=forking.processes() if len(stores) >= SPLIT_FROM else 1)))
         heat = {pair: _folded_heatmap(grid, *v) for pair, v in extras.heat.items()}
         figures = extras.figures
     else:

@@ -277,9 +277,9 @@ def histories(stores: Sequence[Store], selection: Selection, steps: Sequence[int
     with ``extras``, the report's heat maps and throughputs from the same read. With
     ``processes`` over 1 the pairs are split between this process and forked ones (each
     pair's numbers are made in one process: the same to the bit)."""
-    from slowdown.analysis.stats import forked
     from slowdown.analysis.stats.series import selected_series
     from slowdown.analysis.stats.window import quantile_of
+    from slowdown.analysis.store import forking
 
     wanted = {s: quantile_of(s) for s in statistics if quantile_of(s) is not None}
     found = sorted(selected_series(stores, selection))
@@ -287,7 +287,7 @@ def histories(stores: Sequence[Store], selection: Selection, steps: Sequence[int
     n = max(1, min(processes, len(pairs)))
     groups = [pairs[len(pairs) * i // n:len(pairs) * (i + 1) // n] for i in range(n)]
     spec = None if extras is None else (extras.grid_t0, extras.grid_step, extras.grid_columns)
-    done = forked.run_all(groups, lambda group: _fold_pairs(
+    done = forking.run_all(groups, lambda group: _fold_pairs(
         stores, selection, steps, wanted, moments, spec, found, group))
     names: list[tuple[str, str]] = []
     parts: list[list[dict]] = [[] for _ in steps]

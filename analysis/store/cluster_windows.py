@@ -18,19 +18,14 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import os
-import pickle
 import sqlite3
-import sys
-import traceback
 from collections.abc import Sequence
 
 import numpy as np
 
 from slowdown.analysis.histogram import Histogram, codec
 from slowdown.analysis.histogram.buckets import BucketCounts
-from slowdown.analysis.store.open_files import READERS
-from slowdown.analysis.store.open_files import processes as forkable
+from slowdown.analysis.store import forking
 from slowdown.analysis.store.records import HOUR, MINUTE, Aggregate
 from slowdown.analysis.store.schema import stuck_end_of
 from slowdown.analysis.store.store import TABLES, Selection, Store, StoreError
@@ -194,41 +189,19 @@ def _remember(stores: Sequence[Store], names: Selection, start: int, end: int,
 def _read_split(stores: Sequence[Store], query: tuple, processes: int | None = None
                 ) -> Read | None:
     """``_read`` with the files split between this process and forked ones (one per free
-    CPU): each child connects anew to its files (a forked process may not use its parent's
-    SQLite connections: they are closed before the fork) and sends what it read back
-    (``processes``: how many, this one among them); counts merge exactly, and the sums are
-    added file by file in the parent, in the files' order, so the result is the same to the
-    bit."""
-    n = processes or min(forkable(), len(stores) // (SPLIT_FROM // 2) or 1)
+    CPU, ``forking.run_all``; ``processes``: how many, this one among them); counts merge
+    exactly, and the sums are added file by file in the parent, in the files' order, so the
+    result is the same to the bit."""
+    n = processes or min(forking.processes(), len(stores) // (SPLIT_FROM // 2) or 1)
     if n <= 1:
         return _read(stores, query)
     bounds = [len(stores) * i // n for i in range(n + 1)]
-    READERS.release_all()  # the children inherit no open connection (nor its descriptors)
-    children = []
-    for i in range(1, n):
-        read_end, write_end = os.pipe()
-        pid = os.fork()
-        if pid == 0:  # the child: it never returns
-            os.close(read_end)
-            _child(stores[bounds[i]:bounds[i + 1]], query, write_end)
-        os.close(write_end)
-        children.append((pid, read_end))
-    try:
-        mine = _read(stores[:bounds[1]], query)
-    finally:
-        theirs = []
-        for pid, read_end in children:
-            with os.fdopen(read_end, "rb") as pipe:
-                data = pipe.read()
-            os.waitpid(pid, 0)
-            theirs.append(pickle.loads(data) if data else ("error", "a reading process died"))
-    for kind, got in theirs:
-        if kind == "error":
-            raise StoreError(got)
-    if mine is None or any(got is None for _, got in theirs):
+    shares = [stores[bounds[i]:bounds[i + 1]] for i in range(n)]
+    mine, *theirs = forking.run_all(shares, lambda share: _read(share, query))
+    if mine is None or any(got is None for got in theirs):
         return None
     per_file, codes, parts, ends, visits = mine
-    for _, (files, their_codes, their_parts, their_ends, their_visits) in theirs:
+    for files, their_codes, their_parts, their_ends, their_visits in theirs:
         per_file += files
         visits += their_visits
         for pair, found in their_ends.items():
@@ -244,27 +217,6 @@ def _read_split(stores: Sequence[Store], query: tuple, processes: int | None = N
                     else:
                         parts[ours * width + k] = h
     return per_file, codes, parts, ends, visits
-
-
-def _child(stores: Sequence[Store], query: tuple, write_end: int) -> None:
-    """Read ``stores`` (the parent's, all released before the fork: each connects anew
-    here, as after a release) and send what they hold to the parent."""
-    status = 1
-    try:
-        try:
-            got: tuple = ("read", _read(stores, query))
-        except StoreError as exc:
-            got = ("error", str(exc))
-        except Exception as exc:  # a bug: the whole story on stderr, one line for the parent
-            traceback.print_exc()
-            sys.stderr.flush()
-            got = ("error", f"{type(exc).__name__}: {exc}")
-        data = pickle.dumps(got, protocol=pickle.HIGHEST_PROTOCOL)
-        with os.fdopen(write_end, "wb") as pipe:
-            pipe.write(data)
-        status = 0
-    finally:
-        os._exit(status)
 
 
 def _hours_within(store: Store, start: int, end: int) -> bool:

@@ -1,10 +1,12 @@
 """Tasks run in this process and forked ones at once, their results sent back in order.
 
-A cluster view that folds every file's records (``stats.folded``) spends its time in
-SQLite and numpy, one CPU per process: where CPUs are free, the (target, op) pairs are split
-between processes, each reading its own pairs from every file. Each child opens its files
-anew (connections are released before the fork: a forked process may not use its parent's)
-and pickles its result down a pipe; the parent returns the results in the tasks' order.
+A read of many files spends its time in SQLite and numpy, one CPU per process: where CPUs
+are free, the work is split between this process and forked ones. Connections are released
+before the fork (a forked process may not use its parent's SQLite connections: each child
+connects anew to its files, as after a release by the bound on open files), and each child
+pickles its result down a pipe; the parent returns the results in the tasks' order. Three
+readers share it: the opening of a cluster's files (``cli/opening.py``), the cluster's
+windows (``cluster_windows.py``) and history folded a file at a time (``stats/folded.py``).
 """
 
 from __future__ import annotations
@@ -16,29 +18,21 @@ import traceback
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
-from slowdown.analysis.store import StoreError
-from slowdown.analysis.store.open_files import READERS
+from slowdown.analysis.store.open_files import READERS, processes
+from slowdown.analysis.store.store import StoreError
 
 T = TypeVar("T")
 R = TypeVar("R")
 
-MAX_PROCESSES = 8
+_DIED = "a reading process died"
 
 
-def free_cpus() -> int:
-    """CPUs this process may run on (1 where it cannot fork)."""
-    if not hasattr(os, "fork"):
-        return 1
-    try:
-        return max(1, min(len(os.sched_getaffinity(0)), MAX_PROCESSES))
-    except AttributeError:  # not Linux
-        return max(1, min(os.cpu_count() or 1, MAX_PROCESSES))
-
-
-def run_all(tasks: Sequence[T], run: Callable[[T], R]) -> list[R]:
+def run_all(tasks: Sequence[T], run: Callable[[T], R],
+            fallback: Callable[[T], R] | None = None) -> list[R]:
     """``[run(t) for t in tasks]``, the first here and each other one in a forked process.
-    A child's failure is raised here: a ``StoreError`` as it was, anything else as a
-    ``RuntimeError`` with its message (its traceback on stderr)."""
+    A child's failure is raised here (a ``StoreError`` as it was, anything else as a
+    ``RuntimeError`` with its message, its traceback on stderr), or, with ``fallback``, its
+    task is done again here by ``fallback``."""
     if len(tasks) <= 1 or not hasattr(os, "fork"):
         return [run(t) for t in tasks]
     READERS.release_all()  # the children inherit no connection (nor its descriptors)
@@ -61,13 +55,15 @@ def run_all(tasks: Sequence[T], run: Callable[[T], R]) -> list[R]:
             with os.fdopen(read_end, "rb") as pipe:
                 data = pipe.read()
             os.waitpid(pid, 0)
-            theirs.append(pickle.loads(data) if data else ("error", "RuntimeError",
-                                                           "a reading process died"))
+            theirs.append(pickle.loads(data) if data else ("error", "RuntimeError", _DIED))
     out = [mine]
-    for got in theirs:
-        if got[0] == "error":
+    for task, got in zip(tasks[1:], theirs):
+        if got[0] == "done":
+            out.append(got[1])
+        elif fallback is not None:
+            out.append(fallback(task))
+        else:
             raise (StoreError if got[1] == "StoreError" else RuntimeError)(got[2])
-        out.append(got[1])
     return out
 
 
@@ -90,4 +86,4 @@ def _child(task, run, write_end: int) -> None:
         os._exit(status)
 
 
-__all__ = ["MAX_PROCESSES", "free_cpus", "run_all"]
+__all__ = ["processes", "run_all"]
