@@ -69,8 +69,17 @@ def verdicts_of(reader: Reader, target_ops: dict[str, list[str]]) -> dict[str, V
     if not target_ops:
         return {}
     host = verdict_host(reader)
-    return fleet_verdicts(reader.config.fleet, reader.stores, reader.book(), target_ops,
-                          reader.now, host, reader.live_stuck(host))
+    return fleet_verdicts(reader.config.fleet, stores_of(reader, host), reader.book(),
+                          target_ops, reader.now, host, reader.live_stuck(host))
+
+
+def stores_of(reader: Reader, host: str) -> list:
+    """The files holding ``host``'s series (a cluster view's others are not read again for
+    this node's own slowdown; none when no file holds it: then its verdict says so)."""
+    if len(reader.store_series) != len(reader.stores):
+        return list(reader.stores)
+    return [s for s, series in zip(reader.stores, reader.store_series)
+            if any(h == host for h, _, _ in series)]
 
 
 def verdict_host(reader: Reader) -> str:
