@@ -14,6 +14,7 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Optional
 
 from slowdown.analysis.stats.baseline import load, load_histograms
 from slowdown.analysis.store import Store, StoreError, forking
@@ -26,7 +27,7 @@ SHARE_FROM = 32
 
 # One file's outcome: (store or None, its series, what a cluster view reads early or None,
 # the one-line error where it could not be read).
-Opened = tuple[Store | None, list, tuple | None, str | None]
+Opened = tuple[Optional[Store], list, Optional[tuple], Optional[str]]
 
 
 def open_all(paths: Sequence[Path], early: bool, at: float | None,
