@@ -256,18 +256,24 @@ def test_nested_windows_over_many_files_are_each_windows_merge(three_hosts):
                                                           alone.histogram.max)
 
 
+def copies(directory: Path, n: int) -> list[Path]:
+    """``n`` host files c0.db.. made from the three hosts' files, each with a host of its own."""
+    paths = []
+    for i in range(n):
+        path = directory / f"c{i}.db"
+        shutil.copy(directory / f"n{i % 3}.db", path)
+        with sqlite3.connect(path) as conn:
+            conn.execute("UPDATE series SET host = ?", (f"c{i}",))
+        paths.append(path)
+    return paths
+
+
 def test_nested_windows_split_between_processes_are_the_same_to_the_bit(three_hosts):
     """The files of a cluster read by three processes give what one process reads, each
     file's sums and every histogram; a damaged file in a forked process's share is named."""
     from slowdown.analysis.store import Selection, StoreError, cluster_windows, merged
 
-    paths = []
-    for i in range(9):
-        path = three_hosts / f"c{i}.db"
-        shutil.copy(three_hosts / f"n{i % 3}.db", path)
-        with sqlite3.connect(path) as conn:
-            conn.execute("UPDATE series SET host = ?", (f"c{i}",))
-        paths.append(path)
+    paths = copies(three_hosts, 9)
     stores = [Store(path, readonly=True) for path in paths]
     query = cluster_windows._query(Selection(), NOV + 100 * 60, [60, 600, 3600])
     one = cluster_windows._read(stores, query)
@@ -316,13 +322,7 @@ def test_files_opened_by_several_processes_are_those_one_process_opens(three_hos
     from slowdown.analysis.cli.opening import open_all
     from slowdown.analysis.store import Selection
 
-    paths = []
-    for i in range(8):
-        path = three_hosts / f"c{i}.db"
-        shutil.copy(three_hosts / f"n{i % 3}.db", path)
-        with sqlite3.connect(path) as conn:
-            conn.execute("UPDATE series SET host = ?", (f"c{i}",))
-        paths.append(path)
+    paths = copies(three_hosts, 8)
     with Store(paths[1]) as store:  # baselines: one in force at AT, one not yet
         baseline.rebaseline(store, NOV + 30 * 60, "new OSTs", NOV, NOV + 30 * 60)
         baseline.rebaseline(store, NOV + 200 * 60, "later", NOV, NOV + 60 * 60)

@@ -93,7 +93,6 @@ class Verdict:
     statistic: str
     slow_threshold: float
     share: float
-    peer_threshold: float  # the slowdown at which a peer counted as slow (peer_threshold())
     source: str | None = None
     peers: int = 0  # fresh peers with a number
     slow: int = 0  # of those, how many are slow
@@ -102,6 +101,11 @@ class Verdict:
     stale_hosts: list[str] = field(default_factory=list)
     slow_hosts: list[str] = field(default_factory=list)
     context: dict[str, float] = field(default_factory=dict)  # this node's load1, cpu, memory
+
+    @property
+    def peer_threshold(self) -> float:
+        """The slowdown at which a peer counts as slow beside this node's."""
+        return peer_threshold(self.own, self.slow_threshold)
 
     def numbers(self) -> str:
         """``12 of 14 other nodes slow (>= 3), 1 stale; this node 5.3, load 0.40, cpu 12%``"""
@@ -144,9 +148,9 @@ def decide(target: str, own: float | None, reading: Reading | None, now: float,
            context: Mapping[str, float] | None = None) -> Verdict:
     """The verdict on ``target`` for this node (``host``, slowdown ``own``) from the peers of
     ``reading`` (None: no fleet source configured)."""
-    bar = peer_threshold(own, thresholds.slow)
     v = Verdict(target, UNKNOWN, "", own, host, window, statistic, thresholds.slow,
-                thresholds.share, bar, context=dict(context or {}))
+                thresholds.share, context=dict(context or {}))
+    bar = v.peer_threshold
     if reading is None:
         v.reason = "no [fleet] source configured"
         return v
