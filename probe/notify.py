@@ -88,12 +88,13 @@ class MigrationProgress:
         self.slow_write = slow_write
         self._clock = clock
         self._last: float | None = None
+        self._version: int | None = None
         self._started = 0.0
 
     def __call__(self, progress: Progress) -> None:
         now = self._clock()
-        if self._last is None:
-            self._started = now
+        if progress.version != self._version:  # each migration that rewrites records
+            self._version, self._started = progress.version, now
             log.info("migrating the database to schema %d: %d records to rewrite",
                      progress.version, progress.total)
         elif not progress.committing and now - self._last < self.every:
@@ -103,9 +104,10 @@ class MigrationProgress:
         if progress.committing:
             log.info("migrated %d records in %.1f s; committing %.0f MiB", progress.total,
                      now - self._started, progress.wal_bytes / 2**20)
-            where = f"committing, {progress.total:,} records"
+            where = f"committing, {progress.total:,} records, "
             extend = max(extend, 2 * progress.wal_bytes / self.slow_write)
         else:
-            where = f"{progress.percent:.0f} % ({progress.done:,} of {progress.total:,} records"
-            where += f", schema {progress.version - 1} to {progress.version})"
+            where = f"{progress.percent:.0f} % ({progress.done:,} of {progress.total:,} records, "
+        where += f"schema {progress.version - 1} to {progress.version}"
+        where += ")" if not progress.committing else ""
         self.notifier.extend_timeout(extend, f"migrating the database: {where}")

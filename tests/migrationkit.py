@@ -129,10 +129,16 @@ def check_protocol(run: Run, records: int) -> None:
     assert times == sorted(times) and times[-1] < run.ready, "an extension after READY=1"
     statuses = [status for _, _, status in run.extends]
     assert all(s.startswith("migrating the database: ") for s in statuses), statuses
-    assert statuses[0].startswith("migrating the database: 0 % (0 of "), statuses
-    assert statuses[-1] == f"migrating the database: committing, {records:,} records"
-    percents = [int(s.split(": ")[1].split(" %")[0]) for s in statuses[:-1]]
-    assert percents == sorted(percents), percents
+    # The migrations that rewrite the records: 5 (derived columns) and 8 (the tens), each
+    # from 0 % to its commit.
+    for version in (5, 8):
+        step = f"schema {version - 1} to {version}"
+        mine = [s for s in statuses if s.endswith((step, step + ")"))]
+        assert mine[0].startswith("migrating the database: 0 % (0 of "), statuses
+        assert mine[-1] == f"migrating the database: committing, {records:,} records, {step}"
+        percents = [int(s.split(": ")[1].split(" %")[0]) for s in mine[:-1]]
+        assert percents == sorted(percents), percents
+    assert statuses[-1].endswith("schema 7 to 8"), statuses
     # Each extension holds until the next message: the next extension, or READY=1.
     limit = start_timeout()
     assert times[0] - run.spawned < min(limit, run.extends[0][1]), "first extension too late"

@@ -130,10 +130,16 @@ def test_progress_goes_from_none_to_all_then_commits(tmp_path, monkeypatch):
     path = tmp_path / "v4.db"
     schema4(path, rows_per_series=100)
     monkeypatch.setattr(schema, "FILL_BATCH", 64)
-    reports: list[schema.Progress] = []
-    with Store(path, migration_progress=reports.append) as store:
+    every: list[schema.Progress] = []
+    with Store(path, migration_progress=every.append) as store:
         assert schema.version_of(store.conn) == schema.VERSION
         assert store.conn.in_transaction is False
+    # Migration 8 (the tens of the 300 minute records) reports after 5, a series at a time.
+    tens = [p for p in every if p.version == 8]
+    assert [(p.done, p.committing) for p in tens] == [(0, False), (100, False), (200, False),
+                                                      (300, False), (300, True)]
+    reports = [p for p in every if p.version != 8]
+    assert every == reports + tens
     total = 3 * 2 * 100
     assert reports[0] == schema.Progress(5, 0, total)
     last = reports[-1]
@@ -239,8 +245,14 @@ def test_migration_progress_extends_at_most_every_period_and_always_at_the_commi
     assert [m[0] for m in sent.messages[:-1]] == ["EXTEND_TIMEOUT_USEC=30000000"] * 6
     # The first, one every 2 s of 10 s, and the commit: time to write 1 GB at 10 MB/s.
     assert sent.messages[-1] == ("EXTEND_TIMEOUT_USEC=100000000",
-                                 "STATUS=migrating the database: committing, 1,000,000 records")
+                                 "STATUS=migrating the database: committing, 1,000,000 records, "
+                                 "schema 4 to 5")
     assert len(sent.messages) == 1 + 5 + 1
+    # The next migration that rewrites records starts its own count at once.
+    report(schema.Progress(8, 0, 500))
+    assert sent.messages[-1] == ("EXTEND_TIMEOUT_USEC=30000000",
+                                 "STATUS=migrating the database: 0 % (0 of 500 records, "
+                                 "schema 7 to 8)")
 
 
 @pytest.mark.slow

@@ -5,10 +5,13 @@ numbers, from every host's records of the longest window (512 hosts: 368,640 min
 records). Merging them record by record costs per record in Python; here each file gives,
 in two queries, its sums per (target, op, window part) from SQLite and its histogram blobs
 labelled by (target, op, window part), and the blobs of many files are decoded and summed
-together with numpy into dense counts per label. Each window is the sum of its part and the
-shorter windows' parts. The result is record for record what ``aggregate`` gives for each
-window's aggregate (``store.window``) where no window edge cuts a record: windows of whole
-minutes ending on a minute, and no hour record overlapping the longest one. Otherwise it
+together with numpy into dense counts per label. A file that keeps ten-minute records
+(``tens.py``) gives a part's whole tens in place of their minutes: the hour window is then
+about 15 rows a series instead of 60. Each window is the sum of its part and the shorter
+windows' parts. The result is what ``aggregate`` gives for each window's aggregate
+(``store.window``) from the minutes (counts, extremes and histograms exactly; sums to their
+rounding where tens stand in for minutes) where no window edge cuts a record: windows of
+whole minutes ending on a minute, and no hour record overlapping the longest one. Otherwise it
 returns None and the caller takes the general path, which counts a cut record by its overlap.
 The stuck age at each window's end (``window.stuck_at_end``) comes from the latest record of
 each series in the longest window, read only where some record of it holds one.
@@ -25,7 +28,7 @@ import numpy as np
 
 from slowdown.analysis.histogram import Histogram, codec
 from slowdown.analysis.histogram.buckets import BucketCounts
-from slowdown.analysis.store import forking
+from slowdown.analysis.store import forking, tens
 from slowdown.analysis.store.records import HOUR, MINUTE, Aggregate
 from slowdown.analysis.store.schema import stuck_end_of
 from slowdown.analysis.store.store import TABLES, Selection, Store, StoreError
@@ -87,11 +90,24 @@ def nested_windows(stores: Sequence[Store], names: Selection, end: int,
 
 def _query(names: Selection, end: int, spans: Sequence[int]) -> tuple:
     """(the records' statement as a function of the file's schema version, its parameters,
-    the window's start and end, parts) of ``_read``: minutes and hours in one statement,
-    labelled by window part."""
+    the window's start and end, parts) of ``_read``: minutes, hours and, where a file keeps
+    them, the tens wholly inside a part (``tens.py``) in one statement, labelled by window
+    part."""
     part = "CASE " + " ".join(f"WHEN r.start >= {int(end - s)} THEN {k}"
                               for k, s in enumerate(spans)) + " END"
     where, params = dataclasses.replace(names, start=int(end - spans[-1]), end=int(end)).where()
+    # The whole tens of each part (a part: the longer window less the shorter one), read in
+    # place of their minutes from files that keep them.
+    bounds = [end, *(end - s for s in spans)]
+    inner = [r for r in (tens.inner(bounds[k + 1], bounds[k]) for k in range(len(spans))) if r]
+    in_tens = " OR ".join(f"(r.start >= {a} AND r.start < {b})" for a, b in inner)
+
+    def tables(version: int) -> list[tuple[str, str]]:
+        """(table, its extra condition) of the records read from a file of ``version``."""
+        if not inner or not tens.holds(version):
+            return [(table, "") for table in TABLES.values()]
+        return [(TABLES[MINUTE], f" AND NOT ({in_tens})"), (TABLES[HOUR], ""),
+                (tens.TABLE, f" AND ({in_tens})")]
 
     def both(version: int, hist: bool = True) -> str:
         """(``hist``: with the blobs; the sums leave them out, so that SQLite does not copy
@@ -102,9 +118,12 @@ def _query(names: Selection, end: int, spans: Sequence[int]) -> tuple:
             "r.count AS count, r.errors AS errors, r.skipped AS skipped, r.sum AS sum, "
             "r.sumsq AS sumsq, r.min AS min, r.max AS max, r.stuck AS stuck, "
             f"{stuck_end_of(version)} AS stuck_end{', r.hist AS hist' if hist else ''} "
-            f"FROM series s CROSS JOIN {table} r ON r.series = s.id WHERE {where}"
-            for table in TABLES.values())
-    return both, params * len(TABLES), end - spans[-1], end, len(spans)
+            f"FROM series s CROSS JOIN {table} r ON r.series = s.id WHERE {where}{extra}"
+            for table, extra in tables(version))
+
+    def params_of(version: int) -> list:
+        return params * len(tables(version))
+    return both, params_of, end - spans[-1], end, len(spans)
 
 
 Read = tuple[list[list[tuple]], dict[tuple[str, str], int], dict[int, Histogram],
@@ -118,7 +137,7 @@ def _read(stores: Sequence[Store], query: tuple) -> Read | None:
     age at its end; per file, in the same visit, what a cluster view asks of it next (see
     ``_remember``): the series with a record in the longest window, and the start of each
     series' newest minute record. None where a file holds an hour record in the window."""
-    statement, params, start, end, width = query
+    statement, params_of, start, end, width = query
     per_file: list[list[tuple]] = []
     ends: dict[tuple[str, str], list[tuple[int, float]]] = {}
     codes: dict[tuple[str, str], int] = {}
@@ -129,7 +148,7 @@ def _read(stores: Sequence[Store], query: tuple) -> Read | None:
     for store in stores:
         if _hours_within(store, start, end):  # in the same visit of the file
             return None
-        both = statement(store.version)
+        both, params = statement(store.version), params_of(store.version)
         try:
             sums = [(target, op, k, numbers) for target, op, k, *numbers in store.conn.execute(
                 "SELECT target, op, k, count(*), sum(errors), sum(skipped), sum(sum), "

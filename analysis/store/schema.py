@@ -13,6 +13,8 @@ import sqlite3
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from slowdown.analysis.store import tens
+
 APPLICATION_ID = 0x534C4457  # "SLDW"
 
 _RECORD_COLUMNS = """
@@ -224,6 +226,10 @@ MIGRATIONS: list[str] = [
     UPDATE minutes SET {STUCK_END} = stuck WHERE stuck > 0 AND (max IS NULL OR max < stuck);
     UPDATE hours SET {STUCK_END} = stuck WHERE stuck > 0 AND (max IS NULL OR max < stuck)
     """,
+    # 8: every series' minutes merged per ten minutes, beside them (tens.py): what a cluster
+    # view reads where whole ten minutes are shown. tens.fill (FILLS) makes them for the
+    # minutes written before, in the same transaction.
+    tens.CREATE,
 ]
 
 VERSION = len(MIGRATIONS)
@@ -398,4 +404,5 @@ def _fill_baseline_histograms(conn: sqlite3.Connection, table: str,
 
 
 FILLS = {5: Fill(("minutes", "hours"), _fill_derived),
-         6: Fill(("baselines",), _fill_baseline_histograms)}
+         6: Fill(("baselines",), _fill_baseline_histograms),
+         8: Fill(("minutes",), tens.fill)}

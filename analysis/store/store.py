@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 
 from slowdown.analysis.histogram import Histogram, codec
-from slowdown.analysis.store import schema
+from slowdown.analysis.store import schema, tens
 from slowdown.analysis.store.open_files import READERS, read_only_uri
 from slowdown.analysis.store.records import (
     HOUR,
@@ -300,6 +300,7 @@ class Store:
         Returns how many records were written.
         """
         rows: dict[str, list[tuple]] = {}
+        minutes: list[tuple] = []  # with their histograms, for their tens
         self.conn.execute("BEGIN IMMEDIATE")
         try:
             for rec in records:
@@ -313,8 +314,11 @@ class Store:
                     rec.stuck, rec.stuck_end, codec.encode(h, moments=False), *derived(h),
                 )
                 rows.setdefault(TABLES[rec.span], []).append(row)
+                if rec.span == MINUTE:
+                    minutes.append((*row[:11], h))
             for table, table_rows in rows.items():
                 self.conn.executemany(_upsert(table), table_rows)
+            self.conn.executemany(tens.UPSERT, tens.rows_of(minutes))
             self.conn.executemany(
                 f"INSERT OR REPLACE INTO node (host, start, {', '.join(NODE_FIELDS)}) "
                 f"VALUES (?, ?{', ?' * len(NODE_FIELDS)})",
@@ -360,6 +364,7 @@ class Store:
                     f"UPDATE hours SET {schema.derived_assignments('hist', 'min', 'max')} "
                     "WHERE start >= ? AND start < ?", (first - first % HOUR, cutoff))
             self.conn.execute("DELETE FROM minutes WHERE start < ?", (cutoff,))
+            self.conn.execute(f"DELETE FROM {tens.TABLE} WHERE start < ?", (cutoff,))
             self.conn.execute("COMMIT")
         except BaseException:
             self._rollback()
