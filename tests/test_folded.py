@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from slowdown.analysis.histogram import Histogram
 from slowdown.analysis.report import data as report_data
 from slowdown.analysis.report import provision
-from slowdown.analysis.stats import folded, series
+from slowdown.analysis.stats import folded, folded_rows, series
 from slowdown.analysis.store import Selection, Store
 from slowdown.analysis.store.records import HOUR, MINUTE, Record
 
@@ -55,10 +55,14 @@ def _record(rng, host: str, op: str, start: int, span: int, scale: int) -> Recor
                   stuck_end=float(rng.choice([0.0, stuck])), span=span)
 
 
-def _same(a, b) -> None:
+def _same(a, b, sums_rounded: bool = False) -> None:
+    """``sums_rounded``: sums and sums of squares to their rounding (where tens stand in for
+    minutes), everything else to the bit."""
     for f in dataclasses.fields(a):
         x, y = getattr(a, f.name), getattr(b, f.name)
-        if isinstance(x, dict):
+        if sums_rounded and f.name in ("sum", "sumsq") and x is not None:
+            np.testing.assert_allclose(x, y, rtol=1e-12, err_msg=f.name)
+        elif isinstance(x, dict):
             assert x.keys() == y.keys()
             for k in x:
                 np.testing.assert_array_equal(x[k], y[k], err_msg=f"{f.name} {k}")
@@ -103,3 +107,34 @@ def test_folded_history_is_the_history_of_every_record(tmp_path_factory, seed, f
     assert figures.keys() == extras.figures.keys()
     for pair, values in figures.items():
         np.testing.assert_array_equal(values, extras.figures[pair])
+
+
+@settings(max_examples=10, deadline=None, phases=[Phase.explicit, Phase.generate],
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(seed=st.integers(0, 2**16), files=st.integers(2, 4), first=st.integers(0, 200),
+       length=st.integers(1, 300), moments=st.booleans())
+def test_steps_of_whole_ten_minutes_read_the_tens_and_give_the_same_history(
+        tmp_path_factory, monkeypatch, seed, files, first, length, moments):
+    """Steps of 10 minutes and an hour read each file's whole tens in place of their minutes:
+    the numbers of every record read one by one, the sums to their rounding."""
+    tmp = tmp_path_factory.mktemp("t")
+    stores = [Store(p, readonly=True) for p in _files(tmp, seed, files)]
+    start = DAY + first * MINUTE
+    selection = Selection(start=start, end=start + length * MINUTE)
+    steps, stats = [600, 3600], ["median", "q95", "q99"]
+    spans: list[int] = []
+    read = folded_rows.read
+
+    def counted(*args, **kwargs):
+        got = read(*args, **kwargs)
+        spans.extend(row[1] for row in got[0])
+        return got
+
+    monkeypatch.setattr(folded, "read", counted)
+    new = folded.histories(stores, selection, steps, stats, moments)
+    for a, b in zip(series.histories(stores, selection, steps, stats, moments, fold=False), new):
+        _same(a, b, sums_rounded=True)
+    with_tens = any(list(store.conn.execute(
+        "SELECT 1 FROM tens WHERE start >= ? AND start + 600 <= ?", (start, selection.end)))
+        for store in stores)
+    assert (600 in spans) == with_tens

@@ -11,7 +11,10 @@ of hosts.
 The numbers are those of ``series.histories`` to the bit: counts are whole units (exact in
 any order); sums are added record by record in the same order (``numpy.add.at`` continues
 what ``numpy.bincount`` would have summed); each cell's quantiles come from the merge of its
-records at the coarsest scale among them, by the same estimator. Where every cell of a step
+records at the coarsest scale among them, by the same estimator. Where every step is whole
+ten minutes (``--every 10m``, ``1h``) and no report is made, a file's whole tens are read in
+place of their minutes (``tens.py``): a tenth of the rows, the same numbers but for the sums'
+rounding (and so means and standard deviations to about 1e-15). Where every cell of a step
 would be one whole record (``series`` then takes the stored quantiles), that step is left to
 ``series.histories``.
 
@@ -21,18 +24,17 @@ the same pass (``Extras``), so its figures read each file once.
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from slowdown.analysis.histogram import codec, mapping_for
+from slowdown.analysis.histogram import mapping_for
 from slowdown.analysis.stats.bucket_tables import BucketTables
-from slowdown.analysis.store import Selection, Store, StoreError, schema
-from slowdown.analysis.store.records import HOUR, TABLES_SPAN, UNIT
+from slowdown.analysis.stats.folded_rows import Block, read
+from slowdown.analysis.store import Selection, Store, tens
+from slowdown.analysis.store.records import HOUR, UNIT
 
-_ROWS = "SELECT {columns} FROM {table} r WHERE r.series = ? AND {where} ORDER BY r.start"
 _DENSE = 1 << 23  # cells x buckets ranked at a time (64 MiB of float64)
 BUDGET = 1 << 24  # cells x buckets of the pairs read together (128 MiB of float64)
 _WIDTH = 256  # buckets a cell's table is guessed to take (scale 5: 8 octaves)
@@ -65,6 +67,7 @@ class _Step:
         self.sumsq = np.zeros(n) if moments else None
         self.pieces = np.zeros(n, np.int64)
         self.cut = np.zeros(n, bool)
+        self.tens = False  # some record read is a ten (``tens.py``)
         self.scale = np.full(n, 127, np.int64)
         self.tables = BucketTables(n)
         self.shared: BucketTables | None = None
@@ -84,7 +87,7 @@ class _Step:
         pair, slot = cells // self.n, self.slot[cells % self.n]
         return np.where(slot >= 0, pair * self.hours + slot, -1)
 
-    def fold(self, block: _Block, start: int, end: int) -> None:
+    def fold(self, block: Block, start: int, end: int) -> None:
         """A file's records of these pairs, in the order ``series`` reads them."""
         step = self.step
         lo, hi = np.maximum(block.start, start), np.minimum(block.start + block.span, end)
@@ -127,6 +130,8 @@ class _Step:
         self.pieces += np.bincount(cell, minlength=n)
         if not whole:
             self.cut[cell[units != UNIT]] = True
+        if not self.tens and (block.span == tens.TEN).any():
+            self.tens = True
         if block.stuck_end.any():  # of each series, its latest record in the cell; the max
             whose, began = of(block.whose), of(block.start)
             order = np.lexsort((began, whose, cell))
@@ -180,93 +185,9 @@ class _Step:
             self.tables.add(scale, cell[piece], index[pair], count[pair] * weight[piece])
 
     def single(self) -> bool:
-        """Every cell one whole record: ``series`` takes this step (its stored quantiles)."""
-        return not self.cut.any() and bool((self.pieces <= 1).all())
-
-
-@dataclass
-class _Block:
-    """One file's records of some pairs, in ``series``' order (by pair, host and series;
-    each series' hours, then its minutes), as arrays."""
-
-    start: np.ndarray
-    span: np.ndarray
-    count: np.ndarray
-    errors: np.ndarray
-    skipped: np.ndarray
-    stuck: np.ndarray
-    stuck_end: np.ndarray
-    low: np.ndarray
-    high: np.ndarray
-    sum: np.ndarray
-    sumsq: np.ndarray
-    blobs: list
-    scales: np.ndarray
-    code: np.ndarray  # the pair of each record (its number in the batch)
-    whose: np.ndarray  # the series of each record (its number in this file)
-    one_scale: int | None = None  # the scale of every record, if one
-    _decoded: dict | None = None
-
-    @classmethod
-    def of(cls, rows: list[tuple], moments: bool, code: np.ndarray,
-           whose: np.ndarray) -> _Block:
-        columns = list(zip(*rows))
-        number = np.array(columns[:-1], np.float64)  # NULL as NaN
-        blobs = list(columns[-1])
-        start, span = number[0].astype(np.int64), number[1].astype(np.int64)
-        filled = list(np.nan_to_num(number[2:7], nan=0.0))  # NULL as 0
-        low = np.where(np.isnan(number[7]), np.inf, number[7])
-        high = np.where(np.isnan(number[8]), -np.inf, number[8])
-        sums = list(np.nan_to_num(number[9:11], nan=0.0)) if moments else [None, None]
-        lengths = np.fromiter(map(len, blobs), np.int64, len(blobs))
-        if (lengths < 3).any():
-            codec.decode_blobs(blobs, np.arange(len(blobs)))  # raises, naming what is wrong
-        joined = np.frombuffer(b"".join(blobs), np.uint8)
-        scales = joined[np.cumsum(lengths) - lengths + 2].view(np.int8).astype(np.int64)
-        one = int(scales[0]) if (scales == scales[0]).all() else None
-        return cls(start, span, *filled, low, high, *sums, blobs, scales, code, whose, one)
-
-    def decoded(self) -> dict[int, tuple]:
-        """Per scale: (its records, the number among them of each pair's record, index,
-        count, zero count of each of its records)."""
-        if self._decoded is None:
-            self._decoded = {}
-            for scale in np.unique(self.scales).tolist():
-                sel = np.flatnonzero(self.scales == scale)
-                blobs = self.blobs if len(sel) == len(self.blobs) else \
-                    [self.blobs[i] for i in sel.tolist()]
-                groups, zero, _ = codec.decode_blobs(blobs, np.arange(len(sel)), scale)
-                label, index, count = (np.concatenate([getattr(g, f) for g in groups])
-                                       if groups else np.empty(0, np.int64)
-                                       for f in ("label", "index", "count"))
-                self._decoded[scale] = (sel, label, index, count.astype(np.float64),
-                                        zero.astype(np.float64))
-        return self._decoded
-
-
-def _read(store: Store, series: list[tuple[int, int]], selection: Selection,
-          moments: bool) -> tuple[list[tuple], np.ndarray, np.ndarray]:
-    """The records of ``series`` ((pair number, id), in order) in one file: each series'
-    hours, then its minutes; with the pair and the series number of each."""
-    end = schema.stuck_end_of(store.version)
-    rows: list[tuple] = []
-    code, whose = [], []
-    try:
-        for number, (pair, sid) in enumerate(series):
-            for table in ("hours", "minutes"):  # older first, as ``series`` reads them
-                span = TABLES_SPAN[table]
-                times, params = selection.time_where("r", span)
-                columns = (f"r.start, {span}, r.count, r.errors, r.skipped, r.stuck, {end}, "
-                           "r.min, r.max, " + ("r.sum, r.sumsq, " if moments else "")
-                           + "r.hist")
-                got = store.conn.execute(_ROWS.format(columns=columns, table=table,
-                                                      where=times), [sid, *params]).fetchall()
-                rows += got
-                code.append(np.full(len(got), pair, np.int64))
-                whose.append(np.full(len(got), number, np.int64))
-    except sqlite3.DatabaseError as exc:
-        raise StoreError(f"{store.path}: {exc}") from None
-    return rows, np.concatenate(code), np.concatenate(whose)
+        """Every cell one whole minute or hour record: ``series`` takes this step (its stored
+        quantiles; a ten has none)."""
+        return not self.tens and not self.cut.any() and bool((self.pieces <= 1).all())
 
 
 def histories(stores: Sequence[Store], selection: Selection, steps: Sequence[int],
@@ -321,6 +242,10 @@ def _fold_pairs(stores: Sequence[Store], selection: Selection, steps: Sequence[i
     throughputs."""
     start, end = int(selection.start), int(selection.end)
     extras = Extras(*spec) if spec is not None else None
+    # Whole tens in place of their minutes where every cell is whole tens (not the report's
+    # figures: its heat map columns and per-minute throughputs take the minutes).
+    inner = tens.inner(start, end) if extras is None and all(
+        s % tens.TEN == 0 for s in steps) else None
     cells_per_pair = sum((end - 1) // s - start // s + 1 for s in steps) + \
         (extras.grid_columns if extras is not None else 0)
     batch = max(1, BUDGET // (cells_per_pair * _WIDTH))
@@ -336,10 +261,10 @@ def _fold_pairs(stores: Sequence[Store], selection: Selection, steps: Sequence[i
             series = [(mine[f[:2]], f[4]) for f in found if f[2] == i and f[:2] in mine]
             if not series:
                 continue
-            rows, code, whose = _read(store, series, selection, moments)
+            rows, code, whose = read(store, series, selection, moments, inner)
             if not rows:
                 continue
-            block = _Block.of(rows, moments, code, whose)
+            block = Block.of(rows, moments, code, whose)
             for acc in accs:
                 acc.fold(block, start, end)
             if heat is not None:
@@ -462,7 +387,7 @@ class _Heat:
         self.zero = np.zeros(self.columns * pairs)
         self.scale = np.full(pairs, 127, np.int64)
 
-    def fold(self, block: _Block) -> None:
+    def fold(self, block: Block) -> None:
         e = self.extras
         column = (block.start - e.grid_t0) // e.grid_step
         if len(column) and (column.min() < 0 or column.max() >= self.columns):
