@@ -29,8 +29,12 @@ minutes each: by default once (``--wide-runs``), slowdown and check three times 
 **Before and after.** ``--before DIR`` times an older source tree too (``git archive
 <commit> | tar -x -C DIR``), each of its commands beside the same command of this tree in
 every round, with this interpreter and ``PYTHONPATH`` naming a package directory made under
-``--dir`` whose ``slowdown.analysis`` and ``slowdown.probe`` are that tree's. ``--kinds``
-keeps some of the commands (for instance ``slowdown,check,history,report``).
+``--dir`` whose ``slowdown.analysis`` and ``slowdown.probe`` are that tree's. A tree older
+than the fleet's schema reads the same fleet kept at its own schema: ``--before-fleet DIR``
+(a copy of ``--dir``'s ``hosts`` and ``fleet.json`` made before this tree migrated them;
+``--dir``'s host files of an older schema are migrated in place, as the service does, not
+built again). ``--kinds`` keeps some of the commands (for instance
+``slowdown,check,history,report``).
 """
 
 from __future__ import annotations
@@ -153,8 +157,12 @@ def hosts(directory: Path, count: int, days: int, minute_days: int) -> list[Path
     store = directory / "hosts"
     meta = directory / "fleet.json"
     wanted = fleet_params(days, minute_days)
-    if meta.exists() and json.loads(meta.read_text()).get("params") != wanted:
-        shutil.rmtree(store, ignore_errors=True)  # ours: made by this script
+    found = json.loads(meta.read_text()).get("params") if meta.exists() else wanted
+    if found != wanted:
+        if {**found, "schema": wanted["schema"]} == wanted and found["schema"] < wanted["schema"]:
+            migrate_all(sorted(store.glob("h*.db")))  # as the service upgrades them
+        else:
+            shutil.rmtree(store, ignore_errors=True)  # ours: made by this script
     store.mkdir(parents=True, exist_ok=True)
     meta.write_text(json.dumps({"params": wanted}) + "\n")
     source = base(directory, days, minute_days)
@@ -168,6 +176,24 @@ def hosts(directory: Path, count: int, days: int, minute_days: int) -> list[Path
                 print(f"{made} host files made ({time.perf_counter() - began:.0f} s)",
                       file=sys.stderr)
     return paths
+
+
+def migrate_all(paths: list[Path]) -> None:
+    """Host files of an older schema brought to this one, each opened once for writing as the
+    service opens it after an upgrade (two at a time)."""
+    from concurrent.futures import ProcessPoolExecutor
+
+    began = time.perf_counter()
+    with ProcessPoolExecutor(2) as pool:
+        for k, _ in enumerate(pool.map(_migrate_one, paths, chunksize=8), start=1):
+            if k % 64 == 0:
+                print(f"{k} host files migrated ({time.perf_counter() - began:.0f} s)",
+                      file=sys.stderr)
+
+
+def _migrate_one(path: Path) -> None:
+    with Store(path) as store:
+        store.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
 
 
 def linked(directory: Path, name: str, paths: list[Path]) -> Path:
@@ -385,6 +411,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--build-only", action="store_true")
     parser.add_argument("--before", type=Path, default=None, metavar="DIR",
                         help="an older source tree timed beside this one (see the docstring)")
+    parser.add_argument("--before-fleet", type=Path, default=None, metavar="DIR",
+                        help="the fleet directory --before reads (default: --dir), for a tree "
+                             "that cannot read this one's schema")
     parser.add_argument("--kinds", default="",
                         help="commands to time, of slowdown,check,history,report,"
                              "slowdown-small,check-small (default: all)")
@@ -420,7 +449,14 @@ def main(argv: list[str] | None = None) -> int:
     after_rows, before_rows = rows, []
     if args.before is not None:
         before_env = {**env, "PYTHONPATH": str(before_package(directory, args.before))}
-        before_rows = [row for row in command_rows(directory, sizes, wide, small, end,
+        fleet, small_before = directory, small
+        if args.before_fleet is not None:  # the same fleet at an older schema
+            fleet = args.before_fleet
+            theirs = sorted((fleet / "hosts").glob("h*.db"))
+            for n in sorted({*sizes, *wide}):
+                linked(fleet, f"n{n}", theirs[:n])
+            small_before = fleet / f"small{small_count}" if small else None
+        before_rows = [row for row in command_rows(fleet, sizes, wide, small_before, end,
                                                    before_env, "before-")
                        if not kinds or row[0] in kinds]
         rows = [row for pair in zip(after_rows, before_rows) for row in pair]

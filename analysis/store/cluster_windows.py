@@ -2,9 +2,9 @@
 
 A cluster's ``slowdown`` shows a few windows (1m, 10m, 1h) for a dozen ops: a few dozen
 numbers, from every host's records of the longest window (512 hosts: 368,640 minute
-records). Merging them record by record costs per record in Python; here each file gives,
-in two queries, its sums per (target, op, window part) from SQLite and its histogram blobs
-labelled by (target, op, window part), and the blobs of many files are decoded and summed
+records). Each file gives its records of the longest window in one query, labelled by
+window part; their numbers are added per (target, op, window part) in the rows' order, as
+``aggregate`` adds them, and the histogram blobs of many files are decoded and summed
 together with numpy into dense counts per label. A file that keeps ten-minute records
 (``tens.py``) gives a part's whole tens in place of their minutes: the hour window is then
 about 15 rows a series instead of 60. Each window is the sum of its part and the shorter
@@ -89,8 +89,8 @@ def nested_windows(stores: Sequence[Store], names: Selection, end: int,
 
 
 def _query(names: Selection, end: int, spans: Sequence[int]) -> tuple:
-    """(the records' statement as a function of the file's schema version, its parameters,
-    the window's start and end, parts) of ``_read``: minutes, hours and, where a file keeps
+    """(the records' statement and its parameters, each as a function of the file's schema
+    version, the window's start and end, parts) of ``_read``: minutes, hours and, where a file keeps
     them, the tens wholly inside a part (``tens.py``) in one statement, labelled by window
     part."""
     part = "CASE " + " ".join(f"WHEN r.start >= {int(end - s)} THEN {k}"
@@ -109,15 +109,12 @@ def _query(names: Selection, end: int, spans: Sequence[int]) -> tuple:
         return [(TABLES[MINUTE], f" AND NOT ({in_tens})"), (TABLES[HOUR], ""),
                 (tens.TABLE, f" AND ({in_tens})")]
 
-    def both(version: int, hist: bool = True) -> str:
-        """(``hist``: with the blobs; the sums leave them out, so that SQLite does not copy
-        each record's blob into the subquery only to drop it: the same rows, in the same
-        order, so the same sums to the bit.)"""
+    def both(version: int) -> str:
         return " UNION ALL ".join(
             f"SELECT s.id AS id, s.target AS target, s.op AS op, {part} AS k, r.start AS start, "
             "r.count AS count, r.errors AS errors, r.skipped AS skipped, r.sum AS sum, "
             "r.sumsq AS sumsq, r.min AS min, r.max AS max, r.stuck AS stuck, "
-            f"{stuck_end_of(version)} AS stuck_end{', r.hist AS hist' if hist else ''} "
+            f"{stuck_end_of(version)} AS stuck_end, r.hist AS hist "
             f"FROM series s CROSS JOIN {table} r ON r.series = s.id WHERE {where}{extra}"
             for table, extra in tables(version))
 
@@ -150,19 +147,6 @@ def _read(stores: Sequence[Store], query: tuple) -> Read | None:
             return None
         both, params = statement(store.version), params_of(store.version)
         try:
-            sums = [(target, op, k, numbers) for target, op, k, *numbers in store.conn.execute(
-                "SELECT target, op, k, count(*), sum(errors), sum(skipped), sum(sum), "
-                "sum(sumsq), min(min), max(max), max(stuck), min(start), max(start), "
-                f"max(stuck_end) FROM ({statement(store.version, hist=False)}) "
-                "GROUP BY target, op, k", params)]
-            per_file.append(sums)
-            if any(numbers[-1] for *_, numbers in sums):  # rare: an op stuck at a record's end
-                for target, op, latest, age in store.conn.execute(
-                        "SELECT target, op, latest, age FROM (SELECT target, op, "
-                        f"max(start) AS latest, stuck_end AS age FROM ({both}) GROUP BY id) "
-                        "WHERE age > 0", params):
-                    ends.setdefault((target, op), []).append((latest, age))
-            rows = store.conn.execute(f"SELECT id, k, hist FROM ({both})", params).fetchall()
             names: dict[int, tuple[str, str, str]] = {}
             newest: dict[tuple[str, str, str], int | None] = {}
             for sid, host, target, op, latest in store.conn.execute(
@@ -170,16 +154,21 @@ def _read(stores: Sequence[Store], query: tuple) -> Read | None:
                     f"{TABLES[MINUTE]} m WHERE m.series = s.id) FROM series s"):
                 names[sid] = (host, target, op)
                 newest[(host, target, op)] = latest
+            rows = store.conn.execute(
+                "SELECT id, k, start, errors, skipped, sum, sumsq, min, max, stuck, stuck_end, "
+                f"hist FROM ({both})", params).fetchall()
+            per_file.append(_sums(rows, names, ends))
             if rows:  # columns at C speed: no Python work per record
-                ids, ks, hists = zip(*rows)
-                top = max(ids)
+                ids, ks = np.array([r[0] for r in rows]), np.array([r[1] for r in rows])
+                top = int(ids.max())
                 lookup = np.zeros(top + 1, np.int64)
                 for sid in sorted(names):  # codes in the order of the ids, as before
                     if sid <= top:
                         lookup[sid] = codes.setdefault(names[sid][1:], len(codes))
-                labels.append(lookup[np.array(ids)] * width + np.array(ks))
-                blobs.extend(hists)
-            visits.append(({names[sid] for sid in set(ids)} if rows else set(), newest))
+                labels.append(lookup[ids] * width + ks)
+                blobs.extend(r[11] for r in rows)
+            visits.append(({names[sid] for sid in set(ids.tolist())} if rows else set(),
+                           newest))
         except sqlite3.DatabaseError as exc:
             raise StoreError(f"{store.path}: {exc}") from None
         if len(blobs) >= CHUNK:
@@ -187,6 +176,49 @@ def _read(stores: Sequence[Store], query: tuple) -> Read | None:
             blobs, labels = [], []
     _merge_into(parts, blobs, labels)
     return per_file, codes, parts, ends, visits
+
+
+def _sums(rows: list[tuple], names: dict[int, tuple[str, str, str]],
+          ends: dict[tuple[str, str], list[tuple[int, float]]]) -> list[tuple]:
+    """A file's ``(target, op, part, numbers)`` from its rows, each number added in the rows'
+    order (records, errors, skipped, sum, sum of squares, min, max, stuck, first start, last
+    start, largest stuck age at an end); and into ``ends``, of each series whose latest row
+    ends with an op in flight, (its start, that age)."""
+    groups: dict[tuple[str, str, int], list] = {}
+    stuck_series = False
+    for sid, k, start, errors, skipped, s, ss, mn, mx, stuck, end, _ in rows:
+        key = (*names[sid][1:], k)
+        g = groups.get(key)
+        if g is None:
+            groups[key] = [1, errors, skipped, s, ss, mn, mx, stuck, start, start, end]
+            stuck_series = stuck_series or end > 0
+            continue
+        g[0] += 1
+        g[1] += errors
+        g[2] += skipped
+        g[3] += s
+        g[4] += ss
+        if mn is not None:
+            g[5] = mn if g[5] is None or mn < g[5] else g[5]
+            g[6] = mx if g[6] is None or mx > g[6] else g[6]
+        if stuck > g[7]:
+            g[7] = stuck
+        if start < g[8]:
+            g[8] = start
+        if start > g[9]:
+            g[9] = start
+        if end > g[10]:
+            g[10] = end
+            stuck_series = True
+    if stuck_series:  # rare: an op stuck at the end of some record
+        latest: dict[int, tuple[int, float]] = {}
+        for sid, _, start, *_, end, _ in rows:
+            if sid not in latest or start > latest[sid][0]:
+                latest[sid] = (start, end)
+        for sid, (start, end) in latest.items():
+            if end > 0:
+                ends.setdefault(names[sid][1:], []).append((start, end))
+    return [(*key, numbers) for key, numbers in groups.items()]
 
 
 def _remember(stores: Sequence[Store], names: Selection, start: int, end: int,
