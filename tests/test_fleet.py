@@ -21,6 +21,7 @@ from slowdown.analysis.histogram import Histogram
 from slowdown.analysis.stats import baseline
 from slowdown.analysis.stats.baseline import BaselineBook
 from slowdown.analysis.store import Store
+from slowdown.analysis.store.records import Record
 from tests.datakit import fill, lognormal, utc
 
 NOV = utc(2026, 11, 1)
@@ -350,3 +351,53 @@ def test_files_opened_by_several_processes_are_those_one_process_opens(three_hos
             assert theirs.series() == mine.series()
             mine.close()
             theirs.close()
+
+
+def test_the_windows_are_read_in_the_visits_that_open_the_files(three_hosts, monkeypatch):
+    """``slowdown`` and ``check`` over many files read the windows while opening each file:
+    one process or three, the read is the one the windows make apart (each file's sums, every
+    histogram, what each visit saw) and gives the same windows; taken once, and only for the
+    query it was made for. A file that fails in the visit (an hour record in the window)
+    leaves the visit unused: the windows are then read as without it."""
+    from functools import partial
+
+    from slowdown.analysis.cli.opening import open_all
+    from slowdown.analysis.store import Selection, cluster_windows
+
+    paths = copies(three_hosts, 9)
+    end, spans = NOV + 100 * 60, [60, 600, 3600]
+    alone = cluster_windows._read([Store(p, readonly=True) for p in paths],
+                                  cluster_windows._query(Selection(), end, spans))
+    for split in (1, 3):
+        visited: list = []
+        opened = open_all(paths, True, end, split=split, visited=visited,
+                          visit=partial(cluster_windows.Visit, Selection(), end, spans))
+        assert len(visited) == split
+        prepared = cluster_windows.Prepared.of(Selection(), end, spans, visited)
+        assert prepared.read is not None
+        assert prepared.read[:2] == alone[:2] and prepared.read[3:] == alone[3:]
+        assert prepared.read[2] == alone[2] and len(alone[2]) == 6  # 2 ops x 3 parts
+        stores = [s for s, *_ in opened]
+        other = cluster_windows.Prepared(prepared.key, prepared.read)
+        assert cluster_windows.nested_windows(stores, Selection(hosts=("c1",)), end, spans,
+                                              other) is not None
+        assert other.read is None  # another query: not used, and not kept
+        got = cluster_windows.nested_windows(stores, Selection(), end, spans, prepared)
+        assert prepared.read is None  # taken
+        assert got == cluster_windows.nested_windows(stores, Selection(), end, spans)
+    def unread(*_):
+        raise AssertionError("the windows read again")
+
+    monkeypatch.setattr(cluster_windows, "_read", unread)  # the commands use the visits' read
+    glob = str(three_hosts / "c*.db")
+    assert run("--db", glob, "--at", AT, "--json")[0] == 0
+    code, out = run("check", "--db", glob, "--at", AT)
+    assert code == 0 and out.startswith("SLOWDOWN OK"), out
+    monkeypatch.undo()
+    with Store(paths[4]) as store:  # an hour record inside the hour window
+        store.write([Record("c4", "work", "md-stat", NOV + HOUR, Histogram(), span=HOUR)])
+    visited = []
+    open_all(paths, True, end, split=3, visited=visited,
+             visit=partial(cluster_windows.Visit, Selection(), end, spans))
+    assert visited[1] is None and visited[0] is not None
+    assert cluster_windows.Prepared.of(Selection(), end, spans, visited).read is None

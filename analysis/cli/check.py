@@ -117,8 +117,9 @@ def check(ctx, dbs, targets, hosts, ops, at, window, statistic, warning, critica
           errors_warning, errors_critical, stale):
     """Monitoring-plugin mode: exit 0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN, with perfdata."""
     try:
-        reader = cli.open_reader(ctx, dbs, targets, hosts, ops, at, one_moment=True)
         span = cli.parse_duration_option(window, "--window")
+        reader = cli.open_reader(ctx, dbs, targets, hosts, ops, at, one_moment=True,
+                                 windows=[span])
         stale_after = (cli.parse_duration_option(stale, "--stale") if stale is not None
                        else STALE + copies_every(reader))
         stat = cli.parse_statistic_option(statistic) if statistic else reader.config.statistics[0]
@@ -148,7 +149,7 @@ def check(ctx, dbs, targets, hosts, ops, at, window, statistic, warning, critica
         sys.exit(UNKNOWN)
     results = target_slowdowns(reader.stores, reader.book(), list(target_ops), target_ops,
                                [span], stat, reader.now, hosts=reader.hosts,
-                               live_stuck=reader.live_stuck())
+                               live_stuck=reader.live_stuck(), prepared=reader.prepared)
     newest = max((s.latest_start(Selection(hosts=reader.hosts, targets=reader.targets))
                   or 0) for s in reader.stores)
     states_of_numbers = {t: states[t] for t in target_ops if t in states}

@@ -12,9 +12,9 @@ The files' order, the errors named and the numbers are those of one process open
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 from slowdown.analysis.stats.baseline import load, load_histograms
 from slowdown.analysis.store import Store, StoreError, forking
@@ -31,41 +31,49 @@ Opened = tuple[Optional[Store], list, Optional[tuple], Optional[str]]
 
 
 def open_all(paths: Sequence[Path], early: bool, at: float | None,
-             split: int | None = None) -> list[Opened]:
+             split: int | None = None, visit: Callable[[], Any] | None = None,
+             visited: list | None = None) -> list[Opened]:
     """Each of ``paths`` opened, in order (``early``: with its baselines and retention
     read; ``at``: only the baselines in force then; ``split``: processes, this one among
     them, instead of one per free CPU from ``SPLIT_FROM`` files on). A process that fails
-    (said on stderr) leaves its share to be opened here."""
+    (said on stderr) leaves its share to be opened here. ``visit``: makes, in each process,
+    an object whose ``add`` is given every store it opens (in the same visit) and whose
+    ``done`` ends its share; each share's ``done``, in order, is appended to ``visited``."""
     n = split or (min(forking.processes(), len(paths) // SHARE_FROM)
                   if len(paths) >= SPLIT_FROM else 1)
-    if n <= 1:
-        return [_open(path, early, at) for path in paths]
     bounds = [len(paths) * i // n for i in range(n + 1)]
     # (share, sent): this process opens the first share itself and keeps its files open
-    tasks = [(paths[bounds[i]:bounds[i + 1]], i > 0) for i in range(n)]
+    tasks = [(paths[bounds[i]:bounds[i + 1]], i > 0) for i in range(max(n, 1))]
 
-    def here(task: tuple) -> list[Opened]:
-        return [_open(path, early, at) for path in task[0]]
+    def here(task: tuple) -> tuple[list[Opened], Any]:
+        seeing = visit() if visit is not None else None
+        got = [_open(path, early, at, seeing) for path in task[0]]
+        return got, seeing.done() if seeing is not None else None
 
-    def run(task: tuple) -> list:
-        return _sent(task[0], early, at) if task[1] else here(task)
+    def run(task: tuple) -> tuple[list, Any]:
+        return _sent(task[0], early, at, visit) if task[1] else here(task)
 
     opened: list[Opened] = []
-    for (share, _), got in zip(tasks, forking.run_all(tasks, run, here)):
+    done = forking.run_all(tasks, run, here) if n > 1 else [here(tasks[0])]
+    for (share, _), (got, seen) in zip(tasks, done):
         opened += [_received(path, one) for path, one in zip(share, got)]
+        if visited is not None:
+            visited.append(seen)
     return opened
 
 
-def _sent(paths: Sequence[Path], early: bool, at: float | None) -> list:
+def _sent(paths: Sequence[Path], early: bool, at: float | None,
+          visit: Callable[[], Any] | None) -> tuple[list, Any]:
     """Each file opened and closed again, what was read kept (sent from a forked process:
-    the store's state, not its connection)."""
+    the store's state, not its connection), and what the visit saw."""
+    seeing = visit() if visit is not None else None
     got = []
     for path in paths:
-        store, series, read, error = _open(path, early, at)
+        store, series, read, error = _open(path, early, at, seeing)
         got.append((store.elsewhere_state() if store else None, series, read, error))
         if store is not None:
             store.close()
-    return got
+    return got, seeing.done() if seeing is not None else None
 
 
 def _received(path: Path, got: tuple) -> Opened:
@@ -76,7 +84,7 @@ def _received(path: Path, got: tuple) -> Opened:
     return Store.opened_elsewhere(path, state), series, read, error
 
 
-def _open(path: Path, early: bool, at: float | None) -> Opened:
+def _open(path: Path, early: bool, at: float | None, seeing: Any = None) -> Opened:
     try:
         store = Store(path, readonly=True)
     except StoreError as exc:
@@ -86,7 +94,10 @@ def _open(path: Path, early: bool, at: float | None) -> Opened:
     except sqlite3.DatabaseError as exc:
         store.close()
         return None, [], None, str(StoreError(f"{path}: {exc}"))
-    return store, series, _early(store, at) if early else None, None
+    read = _early(store, at) if early else None
+    if seeing is not None:
+        seeing.add(store)
+    return store, series, read, None
 
 
 def _early(store: Store, at: float | None) -> tuple | None:

@@ -7,7 +7,9 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
+from functools import partial
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
@@ -21,6 +23,9 @@ from slowdown.analysis.store.merged import Merged, merged
 from slowdown.analysis.store.records import MINUTE, minute_of
 from slowdown.analysis.units import format_clock, parse_duration, parse_time
 from slowdown.analysis.words import OPS
+
+if TYPE_CHECKING:
+    from slowdown.analysis.store import cluster_windows
 
 EXIT_USAGE = 2
 LIVE_FRESH = 5.0  # seconds: a live state older than this belongs to a stopped service
@@ -103,6 +108,9 @@ class Reader:
     # baselines and their histograms): one visit of each file instead of one per question,
     # each visit past the bound on open files (open_files.py) a new connection. Used once.
     early: list[tuple[dict, list, dict]] | None = field(default=None, repr=False)
+    # The windows asked for at opening (``open_reader``'s ``windows``), read in the same
+    # visits: given to ``target_slowdowns``, used once.
+    prepared: cluster_windows.Prepared | None = field(default=None, repr=False)
 
     @property
     def cluster(self) -> bool:
@@ -407,10 +415,12 @@ def _age(newest: float | None, now: float) -> float | None:
 
 def open_reader(ctx: click.Context, dbs: Sequence[str], targets: Sequence[str],
                 hosts: Sequence[str], ops: Sequence[str], at: str | None,
-                one_moment: bool = False) -> Reader:
+                one_moment: bool = False, windows: Sequence[float] | None = None) -> Reader:
     """``one_moment``: the command's first ``book()`` is asked only for the expected values
     at the moment looked at (``slowdown``, ``check``), so a cluster view reads only the
-    baselines in force then while it opens each file."""
+    baselines in force then while it opens each file. ``windows``: the windows the command
+    shows at that moment (``()``: the configured ones), read by a cluster view in the same
+    visits (``Reader.prepared``)."""
     config = ctx.obj["config"]()
     given = ctx.obj.get("read", {})
     dbs = dbs or given.get("dbs", ())
@@ -427,8 +437,16 @@ def open_reader(ctx: click.Context, dbs: Sequence[str], targets: Sequence[str],
         raise click.ClickException(str(exc)) from None
     stores, store_series, skipped = [], [], []
     early: list[tuple[dict, list, dict]] | None = [] if len(paths) > 1 else None
+    visit, visited = None, []
+    if windows is not None and len(paths) > 1:  # (numpy: imported for clusters only)
+        from slowdown.analysis.store import cluster_windows
+
+        asked = (Selection(hosts=tuple(hosts)), minute_of(moment),
+                 [int(w) for w in (windows or config.windows)])
+        visit = partial(cluster_windows.Visit, *asked)
     for path, (store, series, read, error) in zip(paths, open_all(
-            paths, early is not None, moment if one_moment else None)):
+            paths, early is not None, moment if one_moment else None, visit=visit,
+            visited=visited)):
         if store is None:
             if len(paths) == 1:  # the one file named: one line, and stop
                 raise click.ClickException(str(error)) from None
@@ -446,7 +464,8 @@ def open_reader(ctx: click.Context, dbs: Sequence[str], targets: Sequence[str],
                                    + ("; ..." if len(skipped) > 3 else ""))
     series = sorted({s for each in store_series for s in each})
     return Reader(config, stores, tuple(targets), tuple(hosts), tuple(ops), moment, at is None,
-                  series, store_series, skipped=skipped, early=early)
+                  series, store_series, skipped=skipped, early=early,
+                  prepared=cluster_windows.Prepared.of(*asked, visited) if visit else None)
 
 
 def load_config_or_exit(path: Path | None) -> Config:

@@ -34,7 +34,8 @@ def uptime(ctx: click.Context, dbs, targets, hosts, ops, at, statistic: str | No
            verbose: bool, as_json: bool, accuracy: str | None) -> None:
     """The slowdown of each target over the configured windows (``--accuracy``: over the
     shortest window precise enough)."""
-    reader = open_reader(ctx, dbs, targets, hosts, ops, at, one_moment=True)
+    reader = open_reader(ctx, dbs, targets, hosts, ops, at, one_moment=True,
+                         windows=() if accuracy is None else None)
     stat = parse_statistic_option(statistic) if statistic else reader.config.statistics[0]
     wanted = parse_fraction_option(accuracy, "--accuracy") if accuracy is not None else None
     target_ops = reader.target_ops()
@@ -57,7 +58,8 @@ def uptime(ctx: click.Context, dbs, targets, hosts, ops, at, statistic: str | No
         return
     results = target_slowdowns(reader.stores, book, list(target_ops), target_ops,
                                reader.config.windows, stat, reader.now, hosts=reader.hosts,
-                               live_stuck=reader.live_stuck(), confidence=0.95 if verbose else None)
+                               live_stuck=reader.live_stuck(), confidence=0.95 if verbose else None,
+                               prepared=reader.prepared)
     show_uptime(reader, results, stat, verbose, as_json, states=states, verdicts=verdicts)
 
 

@@ -11,11 +11,15 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from slowdown.analysis.stats.baseline import BaselineBook, Expected
 from slowdown.analysis.stats.window import Estimate, estimate
 from slowdown.analysis.store import Selection, Store, aggregate, aggregate_rows
 from slowdown.analysis.store.records import Aggregate, error_rate, minute_of
+
+if TYPE_CHECKING:
+    from slowdown.analysis.store.cluster_windows import Prepared
 
 ACCURACY_WINDOWS = (60, 120, 300, 600, 900, 1800, 3600, 7200, 3 * 3600, 6 * 3600, 12 * 3600,
                     86400)
@@ -91,11 +95,12 @@ def target_slowdowns(stores: Sequence[Store], book: BaselineBook, targets: Seque
                      statistic: str, now: float, confidence: float | None = None,
                      hosts: tuple[str, ...] = (),
                      live_stuck: Mapping[tuple[str, str], float] | None = None,
-                     ) -> dict[str, list[TargetSlowdown]]:
+                     prepared: Prepared | None = None) -> dict[str, list[TargetSlowdown]]:
     """For each target, one ``TargetSlowdown`` per window.
 
     The records of the longest window are read once, in one query per file and table, for
-    every target and op; each window takes its own tail of them.
+    every target and op; each window takes its own tail of them (over many files:
+    ``cluster_windows.nested_windows``, with the read ``prepared`` while they were opened).
     """
     live_stuck = live_stuck or {}
     wanted = {(t, o) for t in targets for o in ops.get(t, ())}
@@ -104,7 +109,8 @@ def target_slowdowns(stores: Sequence[Store], book: BaselineBook, targets: Seque
     if len(stores) > 1 and windows and wanted:  # many files: each window's parts merged once
         from slowdown.analysis.store.cluster_windows import nested_windows
 
-        found = nested_windows(stores, Selection(hosts=hosts), end, [int(w) for w in windows])
+        found = nested_windows(stores, Selection(hosts=hosts), end, [int(w) for w in windows],
+                               prepared)
     if found is not None:
         def agg_of(target: str, op: str, window: float) -> Aggregate:
             return found.get((target, op, int(window))) or Aggregate()

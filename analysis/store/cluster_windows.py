@@ -40,18 +40,22 @@ SPLIT_FROM = 64
 
 
 def nested_windows(stores: Sequence[Store], names: Selection, end: int,
-                   spans: Sequence[int]) -> dict[tuple[str, str, int], Aggregate] | None:
+                   spans: Sequence[int], prepared: Prepared | None = None
+                   ) -> dict[tuple[str, str, int], Aggregate] | None:
     """``(target, op, span) -> Aggregate`` of the records of ``names`` in
     ``[end - span, end)``, merged over ``stores``, for every span; None where an edge would
-    cut a record (see the module's docstring)."""
+    cut a record (see the module's docstring). ``prepared``: these windows read already in
+    the visits that opened ``stores`` (``Visit``), used if it is of the same query."""
     spans = sorted({int(s) for s in spans})
     if not spans:
         return {}
     if end % MINUTE or any(s % MINUTE for s in spans):
         return None
     width = len(spans)
-    query = _query(names, end, spans)
-    read = _read_split(stores, query) if len(stores) >= SPLIT_FROM else _read(stores, query)
+    read = prepared.take(_key(names, end, spans), len(stores)) if prepared else None
+    if read is None:
+        query = _query(names, end, spans)
+        read = _read_split(stores, query) if len(stores) >= SPLIT_FROM else _read(stores, query)
     if read is None:
         return None
     per_file, codes, parts, ends, visits = read
@@ -86,6 +90,56 @@ def nested_windows(stores: Sequence[Store], names: Selection, end: int,
                                  if latest >= end - span), default=0.0)
             result[(target, op, span)] = agg
     return result
+
+
+def _key(names: Selection, end: int, spans: Sequence[int]) -> tuple:
+    return names, int(end), tuple(sorted({int(s) for s in spans}))
+
+
+class Visit:
+    """The windows of one query read in the visit that opens each file (``cli/opening.py``):
+    ``add`` each store just opened, ``done`` at the end of a process's share of the files.
+    The file is read once instead of twice (a connection, its schema and pages read again
+    from the operating system: about a third of the cost of a cluster's ``slowdown``). A file
+    that fails here (or holds an hour record in the window) leaves the whole visit unused:
+    the windows are then read as without it, and a failure named there."""
+
+    def __init__(self, names: Selection, end: int, spans: Sequence[int]) -> None:
+        self.key = _key(names, end, spans)
+        usable = self.key[2] and not (end % MINUTE or any(s % MINUTE for s in self.key[2]))
+        self.reading = _Reading(_query(names, end, self.key[2])) if usable else None
+
+    def add(self, store: Store) -> None:
+        if self.reading is not None:
+            try:
+                used = self.reading.add(store)
+            except StoreError:
+                used = False
+            if not used:
+                self.reading = None
+
+    def done(self) -> Read | None:
+        return None if self.reading is None else self.reading.result()
+
+
+@dataclasses.dataclass
+class Prepared:
+    """What the visits of every share read (``Visit.done``, in the files' order), joined."""
+
+    key: tuple
+    read: Read | None
+
+    @classmethod
+    def of(cls, names: Selection, end: int, spans: Sequence[int],
+           reads: Sequence[Read | None]) -> Prepared:
+        key = _key(names, end, spans)
+        return cls(key, _joined(list(reads), len(key[2])))
+
+    def take(self, key: tuple, files: int) -> Read | None:
+        """The read, once, if it is of ``key`` and of ``files`` files."""
+        read, self.read = self.read, None
+        return read if key == self.key and read is not None and len(read[4]) == files \
+            else None
 
 
 def _query(names: Selection, end: int, spans: Sequence[int]) -> tuple:
@@ -127,24 +181,24 @@ Read = tuple[list[list[tuple]], dict[tuple[str, str], int], dict[int, Histogram]
              dict[tuple[str, str], list[tuple[int, float]]], list[tuple[set, dict]]]
 
 
-def _read(stores: Sequence[Store], query: tuple) -> Read | None:
-    """Each file's sums per (target, op, part), in the order of the files; the code of each
-    (target, op); the histogram of each label (code * parts + part); per (target, op) the
-    (start, stuck_end) of each series' latest record where one of its records holds a stuck
-    age at its end; per file, in the same visit, what a cluster view asks of it next (see
-    ``_remember``): the series with a record in the longest window, and the start of each
-    series' newest minute record. None where a file holds an hour record in the window."""
-    statement, params_of, start, end, width = query
-    per_file: list[list[tuple]] = []
-    ends: dict[tuple[str, str], list[tuple[int, float]]] = {}
-    codes: dict[tuple[str, str], int] = {}
-    parts: dict[int, Histogram] = {}  # label -> the part's histogram
-    blobs: list[bytes] = []
-    labels: list[np.ndarray] = []
-    visits: list[tuple[set, dict]] = []
-    for store in stores:
+class _Reading:
+    """``_read`` a file at a time: ``add`` each file (False where it holds an hour record in
+    the window: the read is then of no use), ``result`` at the end."""
+
+    def __init__(self, query: tuple) -> None:
+        self.query = query
+        self.per_file: list[list[tuple]] = []
+        self.ends: dict[tuple[str, str], list[tuple[int, float]]] = {}
+        self.codes: dict[tuple[str, str], int] = {}
+        self.parts: dict[int, Histogram] = {}  # label -> the part's histogram
+        self.blobs: list[bytes] = []
+        self.labels: list[np.ndarray] = []
+        self.visits: list[tuple[set, dict]] = []
+
+    def add(self, store: Store) -> bool:
+        statement, params_of, start, end, width = self.query
         if _hours_within(store, start, end):  # in the same visit of the file
-            return None
+            return False
         both, params = statement(store.version), params_of(store.version)
         try:
             names: dict[int, tuple[str, str, str]] = {}
@@ -157,25 +211,44 @@ def _read(stores: Sequence[Store], query: tuple) -> Read | None:
             rows = store.conn.execute(
                 "SELECT id, k, start, errors, skipped, sum, sumsq, min, max, stuck, stuck_end, "
                 f"hist FROM ({both})", params).fetchall()
-            per_file.append(_sums(rows, names, ends))
-            if rows:  # columns at C speed: no Python work per record
-                ids, ks = np.array([r[0] for r in rows]), np.array([r[1] for r in rows])
-                top = int(ids.max())
-                lookup = np.zeros(top + 1, np.int64)
-                for sid in sorted(names):  # codes in the order of the ids, as before
-                    if sid <= top:
-                        lookup[sid] = codes.setdefault(names[sid][1:], len(codes))
-                labels.append(lookup[ids] * width + ks)
-                blobs.extend(r[11] for r in rows)
-            visits.append(({names[sid] for sid in set(ids.tolist())} if rows else set(),
-                           newest))
         except sqlite3.DatabaseError as exc:
             raise StoreError(f"{store.path}: {exc}") from None
-        if len(blobs) >= CHUNK:
-            _merge_into(parts, blobs, labels)
-            blobs, labels = [], []
-    _merge_into(parts, blobs, labels)
-    return per_file, codes, parts, ends, visits
+        self.per_file.append(_sums(rows, names, self.ends))
+        seen: set = set()
+        if rows:  # columns at C speed: no Python work per record
+            ids, ks = np.array([r[0] for r in rows]), np.array([r[1] for r in rows])
+            top = int(ids.max())
+            lookup = np.zeros(top + 1, np.int64)
+            for sid in sorted(names):  # codes in the order of the ids, as before
+                if sid <= top:
+                    lookup[sid] = self.codes.setdefault(names[sid][1:], len(self.codes))
+            self.labels.append(lookup[ids] * width + ks)
+            self.blobs.extend(r[11] for r in rows)
+            seen = {names[sid] for sid in set(ids.tolist())}
+        self.visits.append((seen, newest))
+        if len(self.blobs) >= CHUNK:
+            _merge_into(self.parts, self.blobs, self.labels)
+            self.blobs, self.labels = [], []
+        return True
+
+    def result(self) -> Read:
+        _merge_into(self.parts, self.blobs, self.labels)
+        self.blobs, self.labels = [], []
+        return self.per_file, self.codes, self.parts, self.ends, self.visits
+
+
+def _read(stores: Sequence[Store], query: tuple) -> Read | None:
+    """Each file's sums per (target, op, part), in the order of the files; the code of each
+    (target, op); the histogram of each label (code * parts + part); per (target, op) the
+    (start, stuck_end) of each series' latest record where one of its records holds a stuck
+    age at its end; per file, in the same visit, what a cluster view asks of it next (see
+    ``_remember``): the series with a record in the longest window, and the start of each
+    series' newest minute record. None where a file holds an hour record in the window."""
+    reading = _Reading(query)
+    for store in stores:
+        if not reading.add(store):
+            return None
+    return reading.result()
 
 
 def _sums(rows: list[tuple], names: dict[int, tuple[str, str, str]],
@@ -248,16 +321,20 @@ def _read_split(stores: Sequence[Store], query: tuple, processes: int | None = N
         return _read(stores, query)
     bounds = [len(stores) * i // n for i in range(n + 1)]
     shares = [stores[bounds[i]:bounds[i + 1]] for i in range(n)]
-    mine, *theirs = forking.run_all(shares, lambda share: _read(share, query))
-    if mine is None or any(got is None for got in theirs):
+    return _joined(forking.run_all(shares, lambda share: _read(share, query)), query[4])
+
+
+def _joined(reads: list[Read | None], width: int) -> Read | None:
+    """The reads of consecutive shares of the files as one read of them all (None if any
+    is): sums kept file by file, codes renumbered, each label's histograms merged."""
+    if not reads or any(got is None for got in reads):
         return None
-    per_file, codes, parts, ends, visits = mine
-    for files, their_codes, their_parts, their_ends, their_visits in theirs:
+    per_file, codes, parts, ends, visits = reads[0]
+    for files, their_codes, their_parts, their_ends, their_visits in reads[1:]:
         per_file += files
         visits += their_visits
         for pair, found in their_ends.items():
             ends.setdefault(pair, []).extend(found)
-        width = query[4]
         for (target, op), code in their_codes.items():
             ours = codes.setdefault((target, op), len(codes))
             for k in range(width):
@@ -329,4 +406,4 @@ def _merge_into(parts: dict[int, Histogram], blobs: list[bytes],
             parts[lab] = h
 
 
-__all__ = ["nested_windows"]
+__all__ = ["Prepared", "Visit", "nested_windows"]
