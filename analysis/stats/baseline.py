@@ -305,6 +305,7 @@ class BaselineBook:
             if len(self.stores) > 1 else [])
         self._aggregates: dict[tuple[str, str, int, int], Aggregate] = {}
         self._clusters: dict[tuple, Aggregate] = {}
+        self._cluster_at: dict[tuple, Expected | None] = {}
         self._first: dict[tuple[str, str], int | None] = {}
 
     def in_force(self, target: str, op: str, statistic: str, at: float) -> Baseline | None:
@@ -318,7 +319,14 @@ class BaselineBook:
         return (rows[0][1], rows[0][2]) if rows else None
 
     def _cluster(self, target: str, op: str, statistic: str, at: float) -> Expected | None:
-        """The merge of the baselines in force at ``at`` on each host."""
+        """The merge of the baselines in force at ``at`` on each host (each asked once: every
+        window of a moment asks for the same)."""
+        wanted = (target, op, statistic)
+        if (*wanted, at) not in self._cluster_at:
+            self._cluster_at[(*wanted, at)] = self._cluster_of(target, op, statistic, at)
+        return self._cluster_at[(*wanted, at)]
+
+    def _cluster_of(self, target: str, op: str, statistic: str, at: float) -> Expected | None:
         wanted = (target, op, statistic)
         found = [(i, b) for i, index in enumerate(self._index)
                  if (b := _in_force(index.get(wanted, ()), target, op, statistic, at))

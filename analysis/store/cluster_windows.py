@@ -35,6 +35,7 @@ from slowdown.analysis.store.store import TABLES, Selection, Store, StoreError
 
 # Blobs decoded together: a few MiB of pairs at a time, whatever the number of files.
 CHUNK = 65536
+
 # Files from which the reading is split between processes.
 SPLIT_FROM = 64
 
@@ -58,13 +59,9 @@ def nested_windows(stores: Sequence[Store], names: Selection, end: int,
         read = _read_split(stores, query) if len(stores) >= SPLIT_FROM else _read(stores, query)
     if read is None:
         return None
-    per_file, codes, parts, ends, visits = read
+    numbers, codes, parts, ends, visits = read
     _remember(stores, names, end - spans[-1], end, visits)
-    sums: dict[tuple[str, str, int], list] = {}
-    for groups in per_file:  # added in the order of the files, as one process adds them
-        for target, op, k, numbers in groups:
-            _add(sums.setdefault((target, op, k), [0, 0, 0, 0.0, 0.0, math.inf,
-                                                   -math.inf, 0.0, None, None, 0.0]), numbers)
+    totals = _totals(numbers)
     result = {}
     for (target, op), code in codes.items():
         for k, span in enumerate(spans):
@@ -72,24 +69,46 @@ def nested_windows(stores: Sequence[Store], names: Selection, end: int,
             h = agg.histogram
             total, total_sq, lo, hi = 0.0, 0.0, math.inf, -math.inf
             for j in range(k + 1):
-                got = sums.get((target, op, j))
-                if got is None:
+                label = code * width + j
+                records, errors, skipped, s, ss, mn, mx, stuck, first, last = totals[label]
+                if not records:
                     continue
-                records, errors, skipped, s, ss, mn, mx, stuck, first, last, _ = got
-                if code * width + j in parts:
-                    h.merge(parts[code * width + j])
-                agg.records += records
-                agg.errors += errors
-                agg.skipped += skipped
+                if label in parts:
+                    h.merge(parts[label])
+                agg.records += int(records)
+                agg.errors += int(errors)
+                agg.skipped += int(skipped)
                 agg.stuck = max(agg.stuck, stuck)
-                agg.first = first if agg.first is None else min(agg.first, first)
-                agg.last = last if agg.last is None else max(agg.last, last)
+                agg.first = int(first) if agg.first is None else min(agg.first, int(first))
+                agg.last = int(last) if agg.last is None else max(agg.last, int(last))
                 total, total_sq, lo, hi = total + s, total_sq + ss, min(lo, mn), max(hi, mx)
             h.sum, h.sumsq, h.min, h.max = total, total_sq, lo, hi
             agg.stuck_end = max((age for latest, age in ends.get((target, op), ())
                                  if latest >= end - span), default=0.0)
             result[(target, op, span)] = agg
     return result
+
+
+# The numbers of a (file, label): records, errors, skipped, sum, sum of squares, min, max,
+# stuck, first start, last start; as they are where the file has no record of the label.
+_FIELDS = 10
+_EMPTY = np.array([0.0, 0.0, 0.0, 0.0, 0.0, math.inf, -math.inf, 0.0, math.inf, -math.inf])
+
+
+def _totals(numbers: np.ndarray) -> list[list[float]]:
+    """Each label's numbers over the files: sums added file by file in the files' order
+    (``cumsum`` adds in order, as one process reading the files one by one)."""
+    if not len(numbers):
+        return [list(_EMPTY)] * numbers.shape[1]
+    out = np.empty(numbers.shape[1:])
+    out[:, 0:3] = numbers[:, :, 0:3].sum(axis=0)  # whole numbers: exact in any order
+    out[:, 3:5] = np.cumsum(numbers[:, :, 3:5], axis=0)[-1]
+    out[:, 5] = numbers[:, :, 5].min(axis=0)
+    out[:, 6] = numbers[:, :, 6].max(axis=0)
+    out[:, 7] = numbers[:, :, 7].max(axis=0)
+    out[:, 8] = numbers[:, :, 8].min(axis=0)
+    out[:, 9] = numbers[:, :, 9].max(axis=0)
+    return out.tolist()
 
 
 def _key(names: Selection, end: int, spans: Sequence[int]) -> tuple:
@@ -177,7 +196,7 @@ def _query(names: Selection, end: int, spans: Sequence[int]) -> tuple:
     return both, params_of, end - spans[-1], end, len(spans)
 
 
-Read = tuple[list[list[tuple]], dict[tuple[str, str], int], dict[int, Histogram],
+Read = tuple[np.ndarray, dict[tuple[str, str], int], dict[int, Histogram],
              dict[tuple[str, str], list[tuple[int, float]]], list[tuple[set, dict]]]
 
 
@@ -187,7 +206,10 @@ class _Reading:
 
     def __init__(self, query: tuple) -> None:
         self.query = query
-        self.per_file: list[list[tuple]] = []
+        self.files = 0
+        self.rows: list[tuple] = []  # every file's (start, errors, ..., stuck), in order
+        self.row_file: list[np.ndarray] = []  # the file and label of each of those rows
+        self.row_label: list[np.ndarray] = []
         self.ends: dict[tuple[str, str], list[tuple[int, float]]] = {}
         self.codes: dict[tuple[str, str], int] = {}
         self.parts: dict[int, Histogram] = {}  # label -> the part's histogram
@@ -213,7 +235,6 @@ class _Reading:
                 f"hist FROM ({both})", params).fetchall()
         except sqlite3.DatabaseError as exc:
             raise StoreError(f"{store.path}: {exc}") from None
-        self.per_file.append(_sums(rows, names, self.ends))
         seen: set = set()
         if rows:  # columns at C speed: no Python work per record
             ids, ks = np.array([r[0] for r in rows]), np.array([r[1] for r in rows])
@@ -222,9 +243,16 @@ class _Reading:
             for sid in sorted(names):  # codes in the order of the ids, as before
                 if sid <= top:
                     lookup[sid] = self.codes.setdefault(names[sid][1:], len(self.codes))
-            self.labels.append(lookup[ids] * width + ks)
+            label = lookup[ids] * width + ks
+            self.labels.append(label)
+            self.row_file.append(np.full(len(rows), self.files))
+            self.row_label.append(label)
+            self.rows.extend(r[2:11] for r in rows)
             self.blobs.extend(r[11] for r in rows)
             seen = {names[sid] for sid in set(ids.tolist())}
+            if any(r[10] for r in rows):  # rare: an op stuck at the end of some record
+                _stuck_ends(rows, names, self.ends)
+        self.files += 1
         self.visits.append((seen, newest))
         if len(self.blobs) >= CHUNK:
             _merge_into(self.parts, self.blobs, self.labels)
@@ -234,7 +262,25 @@ class _Reading:
     def result(self) -> Read:
         _merge_into(self.parts, self.blobs, self.labels)
         self.blobs, self.labels = [], []
-        return self.per_file, self.codes, self.parts, self.ends, self.visits
+        return self.numbers(), self.codes, self.parts, self.ends, self.visits
+
+    def numbers(self) -> np.ndarray:
+        """(files, labels, ``_FIELDS``): each file's numbers per label, its rows added in
+        their order (``numpy.add.at``: one by one, as SQL's ``sum`` and ``aggregate`` add)."""
+        labels = len(self.codes) * self.query[4]
+        out = np.tile(_EMPTY, (self.files, labels, 1))
+        if not self.rows:
+            return out
+        cell = np.concatenate(self.row_file) * labels + np.concatenate(self.row_label)
+        x = np.array(self.rows, dtype=np.float64)  # NULL (min, max of no value) as NaN
+        flat = out.reshape(-1, _FIELDS)
+        flat[:, 0] += np.bincount(cell, minlength=len(flat))
+        for field, column in ((1, 1), (2, 2), (3, 3), (4, 4)):
+            np.add.at(flat[:, field], cell, x[:, column])
+        for field, column, at in ((5, 5, np.fmin), (6, 6, np.fmax), (7, 7, np.maximum),
+                                  (8, 0, np.minimum), (9, 0, np.maximum)):
+            at.at(flat[:, field], cell, x[:, column])
+        return out
 
 
 def _read(stores: Sequence[Store], query: tuple) -> Read | None:
@@ -251,47 +297,17 @@ def _read(stores: Sequence[Store], query: tuple) -> Read | None:
     return reading.result()
 
 
-def _sums(rows: list[tuple], names: dict[int, tuple[str, str, str]],
-          ends: dict[tuple[str, str], list[tuple[int, float]]]) -> list[tuple]:
-    """A file's ``(target, op, part, numbers)`` from its rows, each number added in the rows'
-    order (records, errors, skipped, sum, sum of squares, min, max, stuck, first start, last
-    start, largest stuck age at an end); and into ``ends``, of each series whose latest row
-    ends with an op in flight, (its start, that age)."""
-    groups: dict[tuple[str, str, int], list] = {}
-    stuck_series = False
-    for sid, k, start, errors, skipped, s, ss, mn, mx, stuck, end, _ in rows:
-        key = (*names[sid][1:], k)
-        g = groups.get(key)
-        if g is None:
-            groups[key] = [1, errors, skipped, s, ss, mn, mx, stuck, start, start, end]
-            stuck_series = stuck_series or end > 0
-            continue
-        g[0] += 1
-        g[1] += errors
-        g[2] += skipped
-        g[3] += s
-        g[4] += ss
-        if mn is not None:
-            g[5] = mn if g[5] is None or mn < g[5] else g[5]
-            g[6] = mx if g[6] is None or mx > g[6] else g[6]
-        if stuck > g[7]:
-            g[7] = stuck
-        if start < g[8]:
-            g[8] = start
-        if start > g[9]:
-            g[9] = start
-        if end > g[10]:
-            g[10] = end
-            stuck_series = True
-    if stuck_series:  # rare: an op stuck at the end of some record
-        latest: dict[int, tuple[int, float]] = {}
-        for sid, _, start, *_, end, _ in rows:
-            if sid not in latest or start > latest[sid][0]:
-                latest[sid] = (start, end)
-        for sid, (start, end) in latest.items():
-            if end > 0:
-                ends.setdefault(names[sid][1:], []).append((start, end))
-    return [(*key, numbers) for key, numbers in groups.items()]
+def _stuck_ends(rows: list[tuple], names: dict[int, tuple[str, str, str]],
+                ends: dict[tuple[str, str], list[tuple[int, float]]]) -> None:
+    """Into ``ends``, of each series whose latest row ends with an op in flight, (its start,
+    that age)."""
+    latest: dict[int, tuple[int, float]] = {}
+    for sid, _, start, *_, end, _ in rows:
+        if sid not in latest or start > latest[sid][0]:
+            latest[sid] = (start, end)
+    for sid, (start, end) in latest.items():
+        if end > 0:
+            ends.setdefault(names[sid][1:], []).append((start, end))
 
 
 def _remember(stores: Sequence[Store], names: Selection, start: int, end: int,
@@ -329,9 +345,10 @@ def _joined(reads: list[Read | None], width: int) -> Read | None:
     is): sums kept file by file, codes renumbered, each label's histograms merged."""
     if not reads or any(got is None for got in reads):
         return None
-    per_file, codes, parts, ends, visits = reads[0]
-    for files, their_codes, their_parts, their_ends, their_visits in reads[1:]:
-        per_file += files
+    numbers, codes, parts, ends, visits = reads[0]
+    shares = [(numbers, dict(codes))]
+    for their_numbers, their_codes, their_parts, their_ends, their_visits in reads[1:]:
+        shares.append((their_numbers, their_codes))
         visits += their_visits
         for pair, found in their_ends.items():
             ends.setdefault(pair, []).extend(found)
@@ -344,7 +361,15 @@ def _joined(reads: list[Read | None], width: int) -> Read | None:
                         parts[ours * width + k].merge(h)
                     else:
                         parts[ours * width + k] = h
-    return per_file, codes, parts, ends, visits
+    joined = []  # every share's numbers at the joined codes' labels
+    for their_numbers, their_codes in shares:
+        wide = np.tile(_EMPTY, (len(their_numbers), len(codes) * width, 1))
+        for pair, code in their_codes.items():
+            ours = codes[pair]
+            wide[:, ours * width:(ours + 1) * width] = \
+                their_numbers[:, code * width:(code + 1) * width]
+        joined.append(wide)
+    return np.concatenate(joined), codes, parts, ends, visits
 
 
 def _hours_within(store: Store, start: int, end: int) -> bool:
@@ -354,20 +379,6 @@ def _hours_within(store: Store, start: int, end: int) -> bool:
                                   "LIMIT 1", (start - HOUR, end)).fetchone() is not None
     except sqlite3.DatabaseError as exc:
         raise StoreError(f"{store.path}: {exc}") from None
-
-
-def _add(into: list, numbers: Sequence) -> None:
-    records, errors, skipped, s, ss, mn, mx, stuck, first, last, _ = numbers
-    into[0] += records
-    into[1] += errors
-    into[2] += skipped
-    into[3] += s or 0.0
-    into[4] += ss or 0.0
-    into[5] = min(into[5], mn) if mn is not None else into[5]
-    into[6] = max(into[6], mx) if mx is not None else into[6]
-    into[7] = max(into[7], stuck or 0.0)
-    into[8] = first if into[8] is None else min(into[8], first)
-    into[9] = last if into[9] is None else max(into[9], last)
 
 
 def _merge_into(parts: dict[int, Histogram], blobs: list[bytes],

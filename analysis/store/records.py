@@ -57,6 +57,20 @@ class Record:
 UNIT = HOUR
 
 
+# How an upsert merges a record into the stored one of the same key (store.py, tens.py):
+# counts and sums add, extremes and stuck ages keep the larger, histograms merge.
+MERGED = """
+            count = count + excluded.count,
+            errors = errors + excluded.errors,
+            skipped = skipped + excluded.skipped,
+            sum = sum + excluded.sum,
+            sumsq = sumsq + excluded.sumsq,
+            min = coalesce(min(min, excluded.min), min, excluded.min),
+            max = coalesce(max(max, excluded.max), max, excluded.max),
+            stuck = max(stuck, excluded.stuck),
+            hist = hist_merge(hist, excluded.hist)"""
+
+
 def overlap_units(start: int, span: int, first: int | None, end: int | None) -> int:
     """Units per sample of the record ``[start, start + span)`` in the window ``[first, end)``
     (``UNIT`` when wholly inside, 0 outside); None for an open end."""

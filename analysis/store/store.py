@@ -21,6 +21,7 @@ from slowdown.analysis.store import schema, tens
 from slowdown.analysis.store.open_files import READERS, read_only_uri
 from slowdown.analysis.store.records import (
     HOUR,
+    MERGED,
     MINUTE,
     NODE_FIELDS,
     Aggregate,
@@ -141,16 +142,7 @@ def _upsert(table: str) -> str:
         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
         ON CONFLICT (series, start) DO UPDATE SET
             {schema.derived_assignments(*merged)},
-            count = count + excluded.count,
-            errors = errors + excluded.errors,
-            skipped = skipped + excluded.skipped,
-            sum = sum + excluded.sum,
-            sumsq = sumsq + excluded.sumsq,
-            min = coalesce(min(min, excluded.min), min, excluded.min),
-            max = coalesce(max(max, excluded.max), max, excluded.max),
-            stuck = max(stuck, excluded.stuck),
-            {schema.STUCK_END} = max({schema.STUCK_END}, excluded.{schema.STUCK_END}),
-            hist = hist_merge(hist, excluded.hist)
+            {schema.STUCK_END} = max({schema.STUCK_END}, excluded.{schema.STUCK_END}),{MERGED}
     """
 
 

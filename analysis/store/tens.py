@@ -21,6 +21,7 @@ import sqlite3
 from collections.abc import Callable, Iterable
 
 from slowdown.analysis.histogram import codec
+from slowdown.analysis.store.records import MERGED
 
 TEN = 600
 VERSION = 8  # the schema from which files hold ``tens``
@@ -50,19 +51,10 @@ _COLUMNS = "count, errors, skipped, sum, sumsq, min, max, stuck, stuck_end, last
 UPSERT = f"""
     INSERT INTO {TABLE} (series, start, {_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
     ON CONFLICT (series, start) DO UPDATE SET
-        count = count + excluded.count,
-        errors = errors + excluded.errors,
-        skipped = skipped + excluded.skipped,
-        sum = sum + excluded.sum,
-        sumsq = sumsq + excluded.sumsq,
-        min = coalesce(min(min, excluded.min), min, excluded.min),
-        max = coalesce(max(max, excluded.max), max, excluded.max),
-        stuck = max(stuck, excluded.stuck),
         stuck_end = CASE WHEN excluded.last > last THEN excluded.stuck_end
                          WHEN excluded.last < last THEN stuck_end
                          ELSE max(stuck_end, excluded.stuck_end) END,
-        last = max(last, excluded.last),
-        hist = hist_merge(hist, excluded.hist)
+        last = max(last, excluded.last),{MERGED}
 """
 
 
