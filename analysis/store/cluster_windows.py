@@ -132,13 +132,16 @@ class Visit:
         if self.reading is not None:
             try:
                 used = self.reading.add(store)
-            except StoreError:
+            except (StoreError, ValueError):  # a damaged file or histogram: said later
                 used = False
             if not used:
                 self.reading = None
 
     def done(self) -> Read | None:
-        return None if self.reading is None else self.reading.result()
+        try:
+            return None if self.reading is None else self.reading.result()
+        except ValueError:
+            return None
 
 
 @dataclasses.dataclass
@@ -207,7 +210,7 @@ class _Reading:
     def __init__(self, query: tuple) -> None:
         self.query = query
         self.files = 0
-        self.rows: list[tuple] = []  # every file's (start, errors, ..., stuck), in order
+        self.rows: list[tuple] = []  # every file's (start, errors, ..., stuck_end), in order
         self.row_file: list[np.ndarray] = []  # the file and label of each of those rows
         self.row_label: list[np.ndarray] = []
         self.ends: dict[tuple[str, str], list[tuple[int, float]]] = {}
@@ -284,10 +287,11 @@ class _Reading:
 
 
 def _read(stores: Sequence[Store], query: tuple) -> Read | None:
-    """Each file's sums per (target, op, part), in the order of the files; the code of each
-    (target, op); the histogram of each label (code * parts + part); per (target, op) the
-    (start, stuck_end) of each series' latest record where one of its records holds a stuck
-    age at its end; per file, in the same visit, what a cluster view asks of it next (see
+    """Each file's numbers per label (``_Reading.numbers``), in the order of the files; the
+    code of each (target, op); the histogram of each label (code * parts + part); per
+    (target, op) the (start, stuck_end) of each series' latest record where one of its
+    records holds a stuck age at its end; per file, in the same visit, what a cluster view
+    asks of it next (see
     ``_remember``): the series with a record in the longest window, and the start of each
     series' newest minute record. None where a file holds an hour record in the window."""
     reading = _Reading(query)
