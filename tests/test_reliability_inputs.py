@@ -160,12 +160,17 @@ def test_a_damaged_database_is_named_and_never_changed(tmp_path, good_database, 
 
 @pytest.mark.timeout(120)
 def test_damaged_records_under_a_history_split_between_processes(tmp_path, good_database):
-    """Garbage in the last pages (records of the last series written): one process or three
-    processes, the same single error line, and only the series before it are written."""
+    """Garbage in the minute records of the last series written (the last leaves of the
+    table in key order): one process or three processes, the same single error line, and
+    only the series before it are written."""
     data = bytearray(good_database.read_bytes())
-    pages = len(data) // 4096
-    for page in range(pages - 6, pages - 1):
-        data[page * 4096:(page + 1) * 4096] = bytes([0xA5]) * 4096
+    with sqlite3.connect(f"file:{good_database}?mode=ro", uri=True) as conn:
+        size = conn.execute("PRAGMA page_size").fetchone()[0]
+        leaves = [page for (page,) in conn.execute(
+            "SELECT pageno FROM dbstat WHERE name = 'minutes' AND pagetype = 'leaf' "
+            "ORDER BY path")]
+    for page in leaves[-5:]:  # (pages are numbered from 1)
+        data[(page - 1) * size:page * size] = bytes([0xA5]) * size
     db = tmp_path / "late-garbage.db"
     db.write_bytes(bytes(data))
     results = []

@@ -161,3 +161,30 @@ def test_migration_8_makes_the_tens_of_the_minutes_written_before(tmp_path):
         m = migrated[key]
         assert (m[:3], m[5:11]) == (w[:3], w[5:11])
         assert math.isclose(m[3], w[3], rel_tol=1e-12)
+
+
+def test_a_long_period_reads_its_whole_tens_and_merges_the_same(tmp_path):
+    """What a baseline reads (``whole_tens``): the tens wholly inside the period in place of
+    their minutes, the minutes at its ragged ends; the same merge as every minute read."""
+    from slowdown.analysis.store import Selection, aggregate
+    from slowdown.analysis.store.records import HOUR
+
+    rng = np.random.default_rng(3)
+    path = tmp_path / "n1.db"
+    with Store(path) as store:
+        store.write([minute(T0 + 60 * m, rng.lognormal(-7, 1, int(rng.integers(0, 30))), op)
+                     for m in range(300) for op in ("md-stat", "data-read")])
+        store.write([minute(T0 - 2 * HOUR, [0.5, 0.7], "md-stat")])  # before: no ten of it
+    with Store(path, readonly=True) as store:
+        for start, end in ((T0 - 3 * HOUR, T0 + 300 * 60), (T0 + 7 * 60, T0 + 293 * 60),
+                           (T0 + 60, T0 + 500)):
+            selection = Selection(ops=("md-stat",), start=start, end=end)
+            spans = [row[0] for row in store.aggregate_rows(selection, whole_tens=True)]
+            assert (600 in spans) == (end - start >= 1200)
+            assert (60 in spans) == bool(start % 600 or end % 600)  # the ragged ends
+            tens_read = aggregate([store], selection, whole_tens=True)
+            minutes_read = aggregate([store], selection)
+            h, g = tens_read.histogram, minutes_read.histogram
+            assert (h.count, h.scale, h.zero_count, h.buckets.counts, h.min, h.max) == \
+                (g.count, g.scale, g.zero_count, g.buckets.counts, g.min, g.max)
+            assert h.sum == pytest.approx(g.sum, rel=1e-12)

@@ -72,9 +72,10 @@ def compute(stores: Sequence[Store], target: str, op: str, statistics: Iterable[
 def _completed(stores: Sequence[Store], target: str, op: str, data_from: int,
                data_to: int) -> Aggregate:
     """The merged records of ``[data_from, data_to)``, of completed ops only: baselines
-    describe normal operation, never raised to stuck ages."""
+    describe normal operation, never raised to stuck ages. A month of minutes is read as
+    ten-minute records where whole tens lie in the period (ten times fewer rows)."""
     agg = aggregate(stores, Selection(targets=(target,), ops=(op,), start=data_from,
-                                      end=data_to))
+                                      end=data_to), whole_tens=True)
     agg.stuck = agg.stuck_end = 0.0
     return agg
 

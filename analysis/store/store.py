@@ -371,9 +371,18 @@ class Store:
 
     # -- reading -----------------------------------------------------------------------------
 
-    def _rows(self, selection: Selection, columns: str, order: str = "") -> Iterator[tuple]:
-        for span, table in TABLES.items():
-            where, params = selection.where("r", span)
+    def _rows(self, selection: Selection, columns: str, order: str = "",
+              whole_tens: bool = False) -> Iterator[tuple]:
+        reads = [(span, table, *selection.where("r", span)) for span, table in TABLES.items()]
+        inner = tens.inner(int(selection.start), int(selection.end)) if whole_tens and \
+            selection.start is not None and selection.end is not None else None
+        if inner is not None and tens.holds(self.version):  # its tens in place of minutes
+            names, params = selection.series_where()
+            reads[0] = (*reads[0][:2], f"{reads[0][2]} AND NOT (r.start >= ? AND r.start < ?)",
+                        [*reads[0][3], *inner])
+            reads.append((tens.TEN, tens.TABLE, f"{names} AND r.start >= ? AND r.start < ?",
+                          [*params, *inner]))
+        for span, table, where, params in reads:
             sql = (
                 f"SELECT {span}, s.host, s.target, s.op, r.start, {columns} "
                 f"FROM series s CROSS JOIN {table} r ON r.series = s.id WHERE {where} {order}"
@@ -383,11 +392,13 @@ class Store:
             except sqlite3.DatabaseError as exc:
                 raise StoreError(f"{self.path}: {exc}") from None
 
-    def aggregate_rows(self, selection: Selection) -> Iterator[tuple]:
+    def aggregate_rows(self, selection: Selection, whole_tens: bool = False) -> Iterator[tuple]:
         """The selection's rows as ``aggregate_rows`` merges them (one query per table), for
         callers that split one read among several aggregates: every record that overlaps
-        the selection's range, whole."""
-        return self._rows(selection, aggregate_columns(self.version))
+        the selection's range, whole. ``whole_tens``: the ten-minute records wholly inside
+        the range in place of their minutes (``tens.py``: the same merge, sums to their
+        rounding), for reads of long periods."""
+        return self._rows(selection, aggregate_columns(self.version), whole_tens=whole_tens)
 
     def records(self, selection: Selection = Selection()) -> Iterator[Record]:
         """Every record that overlaps the selection (hours after minutes), each decoded and
@@ -453,10 +464,13 @@ def aggregate_columns(version: int = schema.VERSION) -> str:
             + schema.stuck_end_of(version))
 
 
-def aggregate(stores: Sequence[Store], selection: Selection = Selection()) -> Aggregate:
+def aggregate(stores: Sequence[Store], selection: Selection = Selection(),
+              whole_tens: bool = False) -> Aggregate:
     """Merge the selection over several database files (the hosts of a cluster): the window
-    ``[selection.start, selection.end)``, each record counted by its overlap."""
-    return aggregate_rows((row for store in stores for row in store.aggregate_rows(selection)),
+    ``[selection.start, selection.end)``, each record counted by its overlap
+    (``whole_tens``: see ``Store.aggregate_rows``)."""
+    return aggregate_rows((row for store in stores
+                           for row in store.aggregate_rows(selection, whole_tens)),
                           selection.start, selection.end)
 
 
