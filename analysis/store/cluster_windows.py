@@ -22,7 +22,9 @@ from __future__ import annotations
 import dataclasses
 import math
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from itertools import chain
+from typing import NamedTuple
 
 import numpy as np
 
@@ -164,39 +166,75 @@ class Prepared:
             else None
 
 
-def _query(names: Selection, end: int, spans: Sequence[int]) -> tuple:
-    """(the records' statement and its parameters, each as a function of the file's schema
-    version, the window's start and end, parts) of ``_read``: minutes, hours and, where a file keeps
-    them, the tens wholly inside a part (``tens.py``) in one statement, labelled by window
-    part."""
-    part = "CASE " + " ".join(f"WHEN r.start >= {int(end - s)} THEN {k}"
-                              for k, s in enumerate(spans)) + " END"
-    where, params = dataclasses.replace(names, start=int(end - spans[-1]), end=int(end)).where()
+class _Query(NamedTuple):
+    """What ``_read`` asks of each file (``_query``)."""
+
+    statement: Callable[[int], str]  # of the file's schema version
+    params: Callable[[int], list]
+    start: int  # the longest window's
+    end: int
+    width: int  # window parts
+    edges: np.ndarray  # the parts' starts, latest first: a record's part is how many follow it
+
+
+def _query(names: Selection, end: int, spans: Sequence[int]) -> _Query:
+    """The records of the windows, in one statement: the minutes and, where a file keeps
+    them, the tens wholly inside a part (``tens.py``). Each run of minutes and of tens is its
+    own range of the primary key, so that only the records read are visited; the statement is
+    kept short, as every file prepares it anew. No hour record: a file holding one in the
+    window is not read this way (``_hours_within``)."""
+    where, params = names.series_where()
     # The whole tens of each part (a part: the longer window less the shorter one), read in
-    # place of their minutes from files that keep them.
+    # place of their minutes from files that keep them; the minutes around them.
     bounds = [end, *(end - s for s in spans)]
     inner = [r for r in (tens.inner(bounds[k + 1], bounds[k]) for k in range(len(spans))) if r]
-    in_tens = " OR ".join(f"(r.start >= {a} AND r.start < {b})" for a, b in inner)
+    first = int(end - spans[-1])  # (minute records start on a minute: ``Store.write``)
+    inner.sort()
+    runs, ten_runs = _outside(first, int(end), inner), _touching_joined(inner)
 
-    def tables(version: int) -> list[tuple[str, str]]:
-        """(table, its extra condition) of the records read from a file of ``version``."""
+    def ranges(version: int) -> list[tuple[str, int, int]]:
+        """(table, from, to) of the records read from a file of ``version``: the minutes'
+        runs in time order, then the tens' (of each label, the minutes before the tens)."""
         if not inner or not tens.holds(version):
-            return [(table, "") for table in TABLES.values()]
-        return [(TABLES[MINUTE], f" AND NOT ({in_tens})"), (TABLES[HOUR], ""),
-                (tens.TABLE, f" AND ({in_tens})")]
+            return [(TABLES[MINUTE], first, int(end))]
+        return [(TABLES[MINUTE], a, b) for a, b in runs] + \
+            [(tens.TABLE, a, b) for a, b in ten_runs]
 
-    def both(version: int) -> str:
+    def statement(version: int) -> str:
         return " UNION ALL ".join(
-            f"SELECT s.id AS id, s.target AS target, s.op AS op, {part} AS k, r.start AS start, "
-            "r.count AS count, r.errors AS errors, r.skipped AS skipped, r.sum AS sum, "
-            "r.sumsq AS sumsq, r.min AS min, r.max AS max, r.stuck AS stuck, "
-            f"{stuck_end_of(version)} AS stuck_end, r.hist AS hist "
-            f"FROM series s CROSS JOIN {table} r ON r.series = s.id WHERE {where}{extra}"
-            for table, extra in tables(version))
+            "SELECT s.id, r.start, r.errors, r.skipped, r.sum, r.sumsq, r.min, r.max, r.stuck, "
+            f"{stuck_end_of(version)}, r.hist FROM series s CROSS JOIN {table} r "
+            f"ON r.series = s.id WHERE {where} AND r.start >= {a} AND r.start < {b}"
+            for table, a, b in ranges(version))
 
     def params_of(version: int) -> list:
-        return params * len(tables(version))
-    return both, params_of, end - spans[-1], end, len(spans)
+        return params * len(ranges(version))
+    return _Query(statement, params_of, first, int(end), len(spans),
+                  np.array(bounds[1:], np.int64))
+
+
+def _outside(first: int, end: int, inner: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The runs of ``[first, end)`` outside the ``inner`` ranges (sorted, disjoint, within
+    it)."""
+    out, at = [], first
+    for a, b in inner:
+        if at < a:
+            out.append((at, a))
+        at = b
+    if at < end:
+        out.append((at, end))
+    return out
+
+
+def _touching_joined(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Sorted disjoint ``ranges`` with those that touch joined into one."""
+    joined: list[tuple[int, int]] = []
+    for a, b in ranges:
+        if joined and joined[-1][1] == a:
+            joined[-1] = (joined[-1][0], b)
+        else:
+            joined.append((a, b))
+    return joined
 
 
 Read = tuple[np.ndarray, dict[tuple[str, str], int], dict[int, Histogram],
@@ -207,10 +245,11 @@ class _Reading:
     """``_read`` a file at a time: ``add`` each file (False where it holds an hour record in
     the window: the read is then of no use), ``result`` at the end."""
 
-    def __init__(self, query: tuple) -> None:
+    def __init__(self, query: _Query) -> None:
         self.query = query
         self.files = 0
-        self.rows: list[tuple] = []  # every file's (start, errors, ..., stuck_end), in order
+        # every file's columns (start, errors, ..., stuck_end) of its rows, in order
+        self.columns: list[tuple[tuple, ...]] = []
         self.row_file: list[np.ndarray] = []  # the file and label of each of those rows
         self.row_label: list[np.ndarray] = []
         self.ends: dict[tuple[str, str], list[tuple[int, float]]] = {}
@@ -221,10 +260,10 @@ class _Reading:
         self.visits: list[tuple[set, dict]] = []
 
     def add(self, store: Store) -> bool:
-        statement, params_of, start, end, width = self.query
-        if _hours_within(store, start, end):  # in the same visit of the file
+        query = self.query
+        if _hours_within(store, query.start, query.end):  # in the same visit of the file
             return False
-        both, params = statement(store.version), params_of(store.version)
+        statement, params = query.statement(store.version), query.params(store.version)
         try:
             names: dict[int, tuple[str, str, str]] = {}
             newest: dict[tuple[str, str, str], int | None] = {}
@@ -233,27 +272,27 @@ class _Reading:
                     f"{TABLES[MINUTE]} m WHERE m.series = s.id) FROM series s"):
                 names[sid] = (host, target, op)
                 newest[(host, target, op)] = latest
-            rows = store.conn.execute(
-                "SELECT id, k, start, errors, skipped, sum, sumsq, min, max, stuck, stuck_end, "
-                f"hist FROM ({both})", params).fetchall()
+            rows = store.conn.execute(statement, params).fetchall()
         except sqlite3.DatabaseError as exc:
             raise StoreError(f"{store.path}: {exc}") from None
         seen: set = set()
         if rows:  # columns at C speed: no Python work per record
-            ids, ks = np.array([r[0] for r in rows]), np.array([r[1] for r in rows])
+            columns = tuple(zip(*rows))  # id, start, errors, ..., stuck_end, hist
+            ids, starts = np.array(columns[0]), np.array(columns[1], np.int64)
+            ks = (starts[:, None] < query.edges).sum(axis=1)
             top = int(ids.max())
             lookup = np.zeros(top + 1, np.int64)
             for sid in sorted(names):  # codes in the order of the ids, as before
                 if sid <= top:
                     lookup[sid] = self.codes.setdefault(names[sid][1:], len(self.codes))
-            label = lookup[ids] * width + ks
+            label = lookup[ids] * query.width + ks
             self.labels.append(label)
             self.row_file.append(np.full(len(rows), self.files))
             self.row_label.append(label)
-            self.rows.extend(r[2:11] for r in rows)
-            self.blobs.extend(r[11] for r in rows)
-            seen = {names[sid] for sid in set(ids.tolist())}
-            if any(r[10] for r in rows):  # rare: an op stuck at the end of some record
+            self.columns.append(columns[1:10])
+            self.blobs.extend(columns[10])
+            seen = {names[sid] for sid in set(columns[0])}
+            if any(columns[9]):  # rare: an op stuck at the end of some record
                 _stuck_ends(rows, names, self.ends)
         self.files += 1
         self.visits.append((seen, newest))
@@ -270,23 +309,27 @@ class _Reading:
     def numbers(self) -> np.ndarray:
         """(files, labels, ``_FIELDS``): each file's numbers per label, its rows added in
         their order (``numpy.add.at``: one by one, as SQL's ``sum`` and ``aggregate`` add)."""
-        labels = len(self.codes) * self.query[4]
+        labels = len(self.codes) * self.query.width
         out = np.tile(_EMPTY, (self.files, labels, 1))
-        if not self.rows:
+        if not self.columns:
             return out
         cell = np.concatenate(self.row_file) * labels + np.concatenate(self.row_label)
-        x = np.array(self.rows, dtype=np.float64)  # NULL (min, max of no value) as NaN
+
+        def column(j: int) -> np.ndarray:  # NULL (min, max of no value) as NaN
+            return np.array(list(chain.from_iterable(c[j] for c in self.columns)), np.float64)
         flat = out.reshape(-1, _FIELDS)
         flat[:, 0] += np.bincount(cell, minlength=len(flat))
-        for field, column in ((1, 1), (2, 2), (3, 3), (4, 4)):
-            np.add.at(flat[:, field], cell, x[:, column])
-        for field, column, at in ((5, 5, np.fmin), (6, 6, np.fmax), (7, 7, np.maximum),
-                                  (8, 0, np.minimum), (9, 0, np.maximum)):
-            at.at(flat[:, field], cell, x[:, column])
+        for field, j in ((1, 1), (2, 2), (3, 3), (4, 4)):
+            np.add.at(flat[:, field], cell, column(j))
+        starts = column(0)
+        for field, x, at in ((5, column(5), np.fmin), (6, column(6), np.fmax),
+                             (7, column(7), np.maximum), (8, starts, np.minimum),
+                             (9, starts, np.maximum)):
+            at.at(flat[:, field], cell, x)
         return out
 
 
-def _read(stores: Sequence[Store], query: tuple) -> Read | None:
+def _read(stores: Sequence[Store], query: _Query) -> Read | None:
     """Each file's numbers per label (``_Reading.numbers``), in the order of the files; the
     code of each (target, op); the histogram of each label (code * parts + part); per
     (target, op) the (start, stuck_end) of each series' latest record where one of its
@@ -306,7 +349,7 @@ def _stuck_ends(rows: list[tuple], names: dict[int, tuple[str, str, str]],
     """Into ``ends``, of each series whose latest row ends with an op in flight, (its start,
     that age)."""
     latest: dict[int, tuple[int, float]] = {}
-    for sid, _, start, *_, end, _ in rows:
+    for sid, start, *_, end, _ in rows:
         if sid not in latest or start > latest[sid][0]:
             latest[sid] = (start, end)
     for sid, (start, end) in latest.items():
@@ -330,7 +373,7 @@ def _remember(stores: Sequence[Store], names: Selection, start: int, end: int,
         store.known[("newest",)] = newest
 
 
-def _read_split(stores: Sequence[Store], query: tuple, processes: int | None = None
+def _read_split(stores: Sequence[Store], query: _Query, processes: int | None = None
                 ) -> Read | None:
     """``_read`` with the files split between this process and forked ones (one per free
     CPU, ``forking.run_all``; ``processes``: how many, this one among them); counts merge
@@ -341,7 +384,7 @@ def _read_split(stores: Sequence[Store], query: tuple, processes: int | None = N
         return _read(stores, query)
     bounds = [len(stores) * i // n for i in range(n + 1)]
     shares = [stores[bounds[i]:bounds[i + 1]] for i in range(n)]
-    return _joined(forking.run_all(shares, lambda share: _read(share, query)), query[4])
+    return _joined(forking.run_all(shares, lambda share: _read(share, query)), query.width)
 
 
 def _joined(reads: list[Read | None], width: int) -> Read | None:

@@ -276,19 +276,14 @@ def version_of(conn: sqlite3.Connection) -> int:
 def check(conn: sqlite3.Connection, path: str) -> int:
     """Version of an existing database; refuses foreign files and newer schemas.
 
-    The three reads share one read transaction: another process migrating a brand-new file
-    between them would otherwise make it look like a foreign one (tables, but no id yet).
+    The three are read in one statement, so in one read transaction: another process
+    migrating a brand-new file between them would otherwise make it look like a foreign one
+    (tables, but no id yet).
     """
-    own = not conn.in_transaction
-    if own:
-        conn.execute("BEGIN")
-    try:
-        app = conn.execute("PRAGMA application_id").fetchone()[0]
-        version = version_of(conn)
-        tables = conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
-    finally:
-        if own:
-            conn.execute("COMMIT")
+    app, version, tables = conn.execute(
+        "SELECT (SELECT application_id FROM pragma_application_id), "
+        "(SELECT user_version FROM pragma_user_version), "
+        "(SELECT count(*) FROM sqlite_master)").fetchone()
     if app != APPLICATION_ID and (tables or version):
         raise SchemaError(f"{path}: not a slowdown database (refusing to touch it)")
     if version > VERSION:
