@@ -19,12 +19,15 @@ and every eighth host rebaselined on February 10 (``slowdown rebaseline``). File
 once into ``--dir`` and reused; a fleet of N hosts is a directory of N links to them.
 
 **The commands**, each in a fresh process at the fleet's last minute (``--at @END``):
-``slowdown`` and ``slowdown check`` at N = 1, 8, 64, 512; ``history --since 7d --every 10m``
-and ``report --since 7d`` at N = 1, 8, 64, 128; and 4,096 small host files (two hours each,
-with a baseline) read by ``slowdown`` and ``check`` under ``ulimit -n 256``. Each cell is
-the median of ``--runs`` rounds, the commands interleaved in an order rotated each round;
-peak RSS the largest GNU time saw in those runs. History and report at 128 hosts run for
-minutes each: by default once (``--wide-runs``), slowdown and check three times (``--runs``).
+``slowdown`` and ``slowdown check`` at N = 1, 8, 64, 512 (``--offset`` seconds earlier: by
+default four minutes, so that the moment is six minutes into a ten, a typical one, not on a
+ten-minute boundary, where a cluster's windows read the fewest records); ``history --since
+7d --every 10m`` and ``report --since 7d`` at N = 1, 8, 64, 128; and 4,096 small host
+files (two hours each, with a baseline) read by ``slowdown`` and ``check`` under ``ulimit -n
+256``. Each cell is the median of ``--runs`` rounds, the commands interleaved in an order
+rotated each round; peak RSS the largest GNU time saw in those runs. History and report at
+128 hosts run for minutes each: by default once (``--wide-runs``), slowdown and check three
+times (``--runs``).
 
 **Before and after.** ``--before DIR`` times an older source tree too (``git archive
 <commit> | tar -x -C DIR``), each of its commands beside the same command of this tree in
@@ -261,13 +264,15 @@ def before_package(directory: Path, tree: Path) -> Path:
 
 
 def command_rows(directory: Path, sizes: list[int], wide: list[int], small: Path | None,
-                 end: int, env: dict[str, str], tag: str = "") -> list[tuple[str, int, Command]]:
-    """(kind, hosts, command) of every command timed; ``tag``: a prefix of the keys."""
+                 end: int, env: dict[str, str], tag: str = "", offset: int = 0
+                 ) -> list[tuple[str, int, Command]]:
+    """(kind, hosts, command) of every command timed; ``tag``: a prefix of the keys;
+    ``offset``: seconds before ``end`` at which ``slowdown`` and ``check`` look."""
     python = [sys.executable, "-m", "slowdown.analysis.cli"]
     out = directory / f"report{tag}.html"
     rows = []
     for n in sizes:
-        at = ["--db", str(directory / f"n{n}" / "*.db"), "--at", f"@{end}"]
+        at = ["--db", str(directory / f"n{n}" / "*.db"), "--at", f"@{end - offset}"]
         rows.append(("slowdown", n, Command(f"{tag}slowdown-{n}", "slowdown", [*python, *at],
                                             env)))
         rows.append(("check", n, Command(f"{tag}check-{n}", "check", [*python, "check", *at],
@@ -414,6 +419,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--before-fleet", type=Path, default=None, metavar="DIR",
                         help="the fleet directory --before reads (default: --dir), for a tree "
                              "that cannot read this one's schema")
+    parser.add_argument("--offset", type=int, default=4 * 60,
+                        help="seconds before the fleet's last minute at which slowdown and check "
+                             "look (a whole number of minutes; 0: on a ten-minute boundary)")
     parser.add_argument("--kinds", default="",
                         help="commands to time, of slowdown,check,history,report,"
                              "slowdown-small,check-small (default: all)")
@@ -442,7 +450,9 @@ def main(argv: list[str] | None = None) -> int:
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     env.update(PYTHONPYCACHEPREFIX=str(directory / "pycache"),
                SLOWDOWN_CONFIG=str(bench_read.write_config(directory, directory / "none.db")))
-    rows = command_rows(directory, sizes, wide, small, end, env)
+    if args.offset % 60 or args.offset < 0:
+        parser.error("--offset: a whole number of minutes, in seconds")
+    rows = command_rows(directory, sizes, wide, small, end, env, offset=args.offset)
     kinds = {k for k in args.kinds.split(",") if k}
     if kinds:
         rows = [row for row in rows if row[0] in kinds]
@@ -457,7 +467,7 @@ def main(argv: list[str] | None = None) -> int:
                 linked(fleet, f"n{n}", theirs[:n])
             small_before = fleet / f"small{small_count}" if small else None
         before_rows = [row for row in command_rows(fleet, sizes, wide, small_before, end,
-                                                   before_env, "before-")
+                                                   before_env, "before-", args.offset)
                        if not kinds or row[0] in kinds]
         rows = [row for pair in zip(after_rows, before_rows) for row in pair]
     for kind, _, command in rows:  # a warm-up of the short ones: a failure before any timing
@@ -466,8 +476,8 @@ def main(argv: list[str] | None = None) -> int:
     times, memory = measure(rows, runs, wide_runs, directory)
     print(f"# fleet benchmark, {utc_now()}\n")
     print(f"{source_state()}; load average {bench_read.load_average()}; {runs} rounds of "
-          f"slowdown and check, {wide_runs} of history and report; {bench_read.environment(None)}"
-          "\n")
+          f"slowdown and check (at @{end - args.offset}, {args.offset // 60} min before the "
+          f"last), {wide_runs} of history and report; {bench_read.environment(None)}\n")
     print(f"fleet: {sizes_of(every)}; small files: "
           f"{sizes_of(sorted(small.glob('*.db'))) if small else 'none'}\n")
     print(tables(after_rows, times, memory))

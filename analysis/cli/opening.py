@@ -54,7 +54,8 @@ def open_all(paths: Sequence[Path], early: bool, at: float | None,
         return _sent(task[0], early, at, visit) if task[1] else here(task)
 
     opened: list[Opened] = []
-    done = forking.run_all(tasks, run, here) if n > 1 else [here(tasks[0])]
+    with forking.collector_paused():
+        done = forking.run_all(tasks, run, here) if n > 1 else [here(tasks[0])]
     for (share, _), (got, seen) in zip(tasks, done):
         opened += [_received(path, one) for path, one in zip(share, got)]
         if visited is not None:

@@ -2,13 +2,14 @@
 
 A cluster's ``slowdown`` shows a few windows (1m, 10m, 1h) for a dozen ops: a few dozen
 numbers, from every host's records of the longest window (512 hosts: 368,640 minute
-records). Each file gives its records of the longest window in one query, labelled by
-window part; their numbers are added per (target, op, window part) in the rows' order, as
-``aggregate`` adds them, and the histogram blobs of many files are decoded and summed
-together with numpy into dense counts per label. A file that keeps ten-minute records
-(``tens.py``) gives a part's whole tens in place of their minutes: the hour window is then
-about 15 rows a series instead of 60. Each window is the sum of its part and the shorter
-windows' parts. The result is what ``aggregate`` gives for each window's aggregate
+records). Each window takes the whole tens inside it from a file that keeps ten-minute
+records (``tens.py``) and minutes elsewhere; the windows share the records they both take.
+Each file gives what the windows take in one query, each row labelled with its kind (the
+set of windows that take it); their numbers are added per (target, op, kind) in the rows'
+order, and the histogram blobs of many files are decoded and summed together with numpy into
+dense counts per label. Each window is the sum of the kinds it takes. Six minutes into a ten,
+a series is 19 rows (14 minutes, 5 tens) where its minutes are 60; on a ten, 7 (a minute,
+6 tens). The result is what ``aggregate`` gives for each window's aggregate
 (``store.window``) from the minutes (counts, extremes and histograms exactly; sums to their
 rounding where tens stand in for minutes) where no window edge cuts a record: windows of
 whole minutes ending on a minute, and no hour record overlapping the longest one. Otherwise it
@@ -54,10 +55,10 @@ def nested_windows(stores: Sequence[Store], names: Selection, end: int,
         return {}
     if end % MINUTE or any(s % MINUTE for s in spans):
         return None
-    width = len(spans)
+    query = _query(names, end, spans)
+    width = query.width
     read = prepared.take(_key(names, end, spans), len(stores)) if prepared else None
     if read is None:
-        query = _query(names, end, spans)
         read = _read_split(stores, query) if len(stores) >= SPLIT_FROM else _read(stores, query)
     if read is None:
         return None
@@ -70,7 +71,7 @@ def nested_windows(stores: Sequence[Store], names: Selection, end: int,
             agg = Aggregate()
             h = agg.histogram
             total, total_sq, lo, hi = 0.0, 0.0, math.inf, -math.inf
-            for j in range(k + 1):
+            for j in query.members[k]:
                 label = code * width + j
                 records, errors, skipped, s, ss, mn, mx, stuck, first, last = totals[label]
                 if not records:
@@ -157,7 +158,7 @@ class Prepared:
     def of(cls, names: Selection, end: int, spans: Sequence[int],
            reads: Sequence[Read | None]) -> Prepared:
         key = _key(names, end, spans)
-        return cls(key, _joined(list(reads), len(key[2])))
+        return cls(key, _joined(list(reads), _query(names, end, key[2]).width))
 
     def take(self, key: tuple, files: int) -> Read | None:
         """The read, once, if it is of ``key`` and of ``files`` files."""
@@ -173,44 +174,51 @@ class _Query(NamedTuple):
     params: Callable[[int], list]
     start: int  # the longest window's
     end: int
-    width: int  # window parts
-    edges: np.ndarray  # the parts' starts, latest first: a record's part is how many follow it
+    width: int  # kinds of rows: each row's label is its series' code * width + its kind
+    members: list[list[int]]  # of each window (shortest first), the kinds of rows it takes
 
 
 def _query(names: Selection, end: int, spans: Sequence[int]) -> _Query:
-    """The records of the windows, in one statement: the minutes and, where a file keeps
-    them, the tens wholly inside a part (``tens.py``). Each run of minutes and of tens is its
-    own range of the primary key, so that only the records read are visited; the statement is
-    kept short, as every file prepares it anew. No hour record: a file holding one in the
-    window is not read this way (``_hours_within``)."""
+    """The records of the windows, in one statement. Each window takes the whole tens inside
+    it from a file that keeps them (``tens.py``), its minutes elsewhere (every minute from
+    an older file); the windows share what they both take (the minutes of the last ten
+    minutes, the tens of the hour). The records are read in stretches of one table whose
+    records the same windows take, each stretch its own range of the primary key (only the
+    records read are visited) and its rows labelled with its kind: the set of windows. The
+    statement is kept short, as every file prepares it anew. No hour record: a file holding
+    one in the window is not read this way (``_hours_within``)."""
     where, params = names.series_where()
-    # The whole tens of each part (a part: the longer window less the shorter one), read in
-    # place of their minutes from files that keep them; the minutes around them.
-    bounds = [end, *(end - s for s in spans)]
-    inner = [r for r in (tens.inner(bounds[k + 1], bounds[k]) for k in range(len(spans))) if r]
-    first = int(end - spans[-1])  # (minute records start on a minute: ``Store.write``)
-    inner.sort()
-    runs, ten_runs = _outside(first, int(end), inner), _touching_joined(inner)
-
-    def ranges(version: int) -> list[tuple[str, int, int]]:
-        """(table, from, to) of the records read from a file of ``version``: the minutes'
-        runs in time order, then the tens' (of each label, the minutes before the tens)."""
-        if not inner or not tens.holds(version):
-            return [(TABLES[MINUTE], first, int(end))]
-        return [(TABLES[MINUTE], a, b) for a, b in runs] + \
-            [(tens.TABLE, a, b) for a, b in ten_runs]
+    end = int(end)
+    # (minute records start on a minute: ``Store.write``; tens on a ten)
+    plain = [[(end - int(s), end)] for s in spans]
+    minutes, ten_ranges = [], []
+    for s in spans:
+        inner = tens.inner(end - int(s), end)
+        minutes.append(_outside(end - int(s), end, [inner] if inner else []))
+        ten_ranges.append([inner] if inner else [])
+    layouts = {  # whether the file keeps tens: (table, from, to, windows) of its stretches
+        False: [(TABLES[MINUTE], *piece) for piece in _stretches(plain)],
+        True: [(TABLES[MINUTE], *piece) for piece in _stretches(minutes)]
+        + [(tens.TABLE, *piece) for piece in _stretches(ten_ranges)]}
+    kinds = sorted({mask for layout in layouts.values() for *_, mask in layout})
+    kind = {mask: k for k, mask in enumerate(kinds)}
 
     def statement(version: int) -> str:
         return " UNION ALL ".join(
-            "SELECT s.id, r.start, r.errors, r.skipped, r.sum, r.sumsq, r.min, r.max, r.stuck, "
+            f"SELECT s.id, {kind[mask]}, r.start, r.errors, r.skipped, r.sum, r.sumsq, "
+            f"coalesce(r.min, {_NO_MIN}), coalesce(r.max, {_NO_MAX}), r.stuck, "
             f"{stuck_end_of(version)}, r.hist FROM series s CROSS JOIN {table} r "
             f"ON r.series = s.id WHERE {where} AND r.start >= {a} AND r.start < {b}"
-            for table, a, b in ranges(version))
+            for table, a, b, mask in layouts[tens.holds(version)])
 
     def params_of(version: int) -> list:
-        return params * len(ranges(version))
-    return _Query(statement, params_of, first, int(end), len(spans),
-                  np.array(bounds[1:], np.int64))
+        return params * len(layouts[tens.holds(version)])
+    members = [[k for k, mask in enumerate(kinds) if mask >> w & 1] for w in range(len(spans))]
+    return _Query(statement, params_of, end - int(spans[-1]), end, len(kinds), members)
+
+
+# A record's extremes where it holds no value (NULL): what they are where there is none.
+_NO_MIN, _NO_MAX = "9e999", "-9e999"  # +inf and -inf in SQLite
 
 
 def _outside(first: int, end: int, inner: list[tuple[int, int]]) -> list[tuple[int, int]]:
@@ -226,15 +234,22 @@ def _outside(first: int, end: int, inner: list[tuple[int, int]]) -> list[tuple[i
     return out
 
 
-def _touching_joined(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
-    """Sorted disjoint ``ranges`` with those that touch joined into one."""
-    joined: list[tuple[int, int]] = []
-    for a, b in ranges:
-        if joined and joined[-1][1] == a:
-            joined[-1] = (joined[-1][0], b)
+def _stretches(ranges: Sequence[Sequence[tuple[int, int]]]) -> list[tuple[int, int, int]]:
+    """``(from, to, windows)``: the stretches of time that some of the windows' ``ranges``
+    (per window) cover, each with the bit mask of the windows that cover it, in time order;
+    neighbours with the same windows joined."""
+    cuts = sorted({x for window in ranges for r in window for x in r})
+    out: list[tuple[int, int, int]] = []
+    for a, b in zip(cuts, cuts[1:]):
+        mask = sum(1 << w for w, window in enumerate(ranges)
+                   if any(lo <= a and b <= hi for lo, hi in window))
+        if not mask:
+            continue
+        if out and out[-1][1] == a and out[-1][2] == mask:
+            out[-1] = (out[-1][0], b, mask)
         else:
-            joined.append((a, b))
-    return joined
+            out.append((a, b, mask))
+    return out
 
 
 Read = tuple[np.ndarray, dict[tuple[str, str], int], dict[int, Histogram],
@@ -277,9 +292,8 @@ class _Reading:
             raise StoreError(f"{store.path}: {exc}") from None
         seen: set = set()
         if rows:  # columns at C speed: no Python work per record
-            columns = tuple(zip(*rows))  # id, start, errors, ..., stuck_end, hist
-            ids, starts = np.array(columns[0]), np.array(columns[1], np.int64)
-            ks = (starts[:, None] < query.edges).sum(axis=1)
+            columns = tuple(zip(*rows))  # id, kind, start, errors, ..., stuck_end, hist
+            ids, ks = np.array(columns[0]), np.array(columns[1])
             top = int(ids.max())
             lookup = np.zeros(top + 1, np.int64)
             for sid in sorted(names):  # codes in the order of the ids, as before
@@ -289,10 +303,10 @@ class _Reading:
             self.labels.append(label)
             self.row_file.append(np.full(len(rows), self.files))
             self.row_label.append(label)
-            self.columns.append(columns[1:10])
-            self.blobs.extend(columns[10])
+            self.columns.append(columns[2:11])
+            self.blobs.extend(columns[11])
             seen = {names[sid] for sid in set(columns[0])}
-            if any(columns[9]):  # rare: an op stuck at the end of some record
+            if any(columns[10]):  # rare: an op stuck at the end of some record
                 _stuck_ends(rows, names, self.ends)
         self.files += 1
         self.visits.append((seen, newest))
@@ -315,8 +329,10 @@ class _Reading:
             return out
         cell = np.concatenate(self.row_file) * labels + np.concatenate(self.row_label)
 
-        def column(j: int) -> np.ndarray:  # NULL (min, max of no value) as NaN
-            return np.array(list(chain.from_iterable(c[j] for c in self.columns)), np.float64)
+        rows = len(cell)
+
+        def column(j: int) -> np.ndarray:
+            return np.fromiter(chain.from_iterable(c[j] for c in self.columns), np.float64, rows)
         flat = out.reshape(-1, _FIELDS)
         flat[:, 0] += np.bincount(cell, minlength=len(flat))
         for field, j in ((1, 1), (2, 2), (3, 3), (4, 4)):
@@ -349,7 +365,7 @@ def _stuck_ends(rows: list[tuple], names: dict[int, tuple[str, str, str]],
     """Into ``ends``, of each series whose latest row ends with an op in flight, (its start,
     that age)."""
     latest: dict[int, tuple[int, float]] = {}
-    for sid, start, *_, end, _ in rows:
+    for sid, _, start, *_, end, _ in rows:
         if sid not in latest or start > latest[sid][0]:
             latest[sid] = (start, end)
     for sid, (start, end) in latest.items():

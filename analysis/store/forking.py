@@ -11,11 +11,13 @@ windows (``cluster_windows.py``) and history folded a file at a time (``stats/fo
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import os
 import pickle
 import sys
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import TypeVar
 
 from slowdown.analysis.store.open_files import READERS, processes
@@ -27,12 +29,34 @@ R = TypeVar("R")
 _DIED = "a reading process died"
 
 
+@contextlib.contextmanager
+def collector_paused() -> Iterator[None]:
+    """Python's cycle collector paused while many files are read. Their rows make millions
+    of short-lived tuples and hardly a cycle, yet each few hundred new objects start a
+    collection that walks the young ones: about a tenth of the CPU of reading a cluster's
+    windows (512 hosts: 1.80 s of user CPU to 1.62 s). Cycles made meanwhile are collected
+    afterwards."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
 def run_all(tasks: Sequence[T], run: Callable[[T], R],
             fallback: Callable[[T], R] | None = None) -> list[R]:
     """``[run(t) for t in tasks]``, the first here and each other one in a forked process.
     A child's failure is raised here (a ``StoreError`` as it was, anything else as a
     ``RuntimeError`` with its message, its traceback on stderr), or, with ``fallback``, its
     task is done again here by ``fallback``."""
+    with collector_paused():
+        return _run_all(tasks, run, fallback)
+
+
+def _run_all(tasks: Sequence[T], run: Callable[[T], R],
+             fallback: Callable[[T], R] | None) -> list[R]:
     if len(tasks) <= 1 or not hasattr(os, "fork"):
         return [run(t) for t in tasks]
     READERS.release_all()  # the children inherit no connection (nor its descriptors)
@@ -86,4 +110,4 @@ def _child(task, run, write_end: int) -> None:
         os._exit(status)
 
 
-__all__ = ["processes", "run_all"]
+__all__ = ["collector_paused", "processes", "run_all"]
