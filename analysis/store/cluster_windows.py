@@ -203,18 +203,37 @@ def _query(names: Selection, end: int, spans: Sequence[int]) -> _Query:
     kinds = sorted({mask for layout in layouts.values() for *_, mask in layout})
     kind = {mask: k for k, mask in enumerate(kinds)}
 
+    scans = {keeps: _scans(layout, kind) for keeps, layout in layouts.items()}
+
     def statement(version: int) -> str:
         return " UNION ALL ".join(
-            f"SELECT s.id, {kind[mask]}, r.start, r.errors, r.skipped, r.sum, r.sumsq, "
+            f"SELECT s.id, {label}, r.start, r.errors, r.skipped, r.sum, r.sumsq, "
             f"coalesce(r.min, {_NO_MIN}), coalesce(r.max, {_NO_MAX}), r.stuck, "
             f"{stuck_end_of(version)}, r.hist FROM series s CROSS JOIN {table} r "
             f"ON r.series = s.id WHERE {where} AND r.start >= {a} AND r.start < {b}"
-            for table, a, b, mask in layouts[tens.holds(version)])
+            for table, a, b, label in scans[tens.holds(version)])
 
     def params_of(version: int) -> list:
-        return params * len(layouts[tens.holds(version)])
+        return params * len(scans[tens.holds(version)])
     members = [[k for k, mask in enumerate(kinds) if mask >> w & 1] for w in range(len(spans))]
     return _Query(statement, params_of, end - int(spans[-1]), end, len(kinds), members)
+
+
+def _scans(stretches: list[tuple[str, int, int, int]], kind: dict[int, int]
+           ) -> list[tuple[str, int, int, str]]:
+    """``(table, from, to, kind)`` of the stretches, neighbours of one table read in one
+    range (each subquery costs its preparation, in every file): the kind a constant, or an
+    SQL expression of the record's start."""
+    scans: list[tuple[str, int, int, list[tuple[int, int]]]] = []
+    for table, a, b, mask in stretches:
+        if scans and scans[-1][0] == table and scans[-1][2] == a:
+            scans[-1] = (table, scans[-1][1], b, [*scans[-1][3], (a, kind[mask])])
+        else:
+            scans.append((table, a, b, [(a, kind[mask])]))
+    return [(table, a, b, str(parts[0][1]) if len(parts) == 1 else
+             "CASE " + " ".join(f"WHEN r.start >= {at} THEN {k}" for at, k in parts[:0:-1])
+             + f" ELSE {parts[0][1]} END")
+            for table, a, b, parts in scans]
 
 
 # A record's extremes where it holds no value (NULL): what they are where there is none.
