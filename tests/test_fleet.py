@@ -363,6 +363,37 @@ def test_files_opened_by_several_processes_are_those_one_process_opens(three_hos
             theirs.close()
 
 
+def test_a_book_of_one_statistic_reads_the_others_when_asked_for_them(three_hosts):
+    """A cluster's ``slowdown`` reads while opening only the baselines of the statistic it
+    shows, in force at its moment, and their histograms; a book made of them gives what a
+    book of every baseline gives, for that statistic and (reading them all) for another."""
+    from slowdown.analysis.cli.opening import open_all
+
+    paths = sorted(three_hosts.glob("n*.db"))
+    for path in paths:
+        with Store(path) as store:
+            baseline.rebaseline(store, NOV + 30 * 60, "new OSTs", NOV, NOV + 30 * 60)
+            baseline.rebaseline(store, NOV + 200 * 60, "later", NOV, NOV + 60 * 60)
+    at = NOV + 100 * 60
+    opened = open_all(paths, True, at, statistics=("q95",))
+    stores = [store for store, *_ in opened]
+    loaded = [(rows, blobs) for _, _, (_, rows, blobs), _ in opened]
+    assert all(rows and {(b.statistic, b.reason) for b in rows} == {("q95", "new OSTs")}
+               for rows, _ in loaded)
+    assert all(len(blobs) == 2 for _, blobs in loaded)  # the 2 ops' period in force at AT
+    book = BaselineBook(stores, "same", loaded, ("q95",))
+    full = BaselineBook(stores)
+    for statistic in ("q95", "median", "q95"):
+        for op in ("md-stat", "md-read"):
+            mine, theirs = (b.expected("work", op, statistic, at) for b in (book, full))
+            assert mine is not None and not mine.provisional and mine.hosts == 3
+            assert (mine.value, mine.statistic, mine.baseline) == \
+                (theirs.value, theirs.statistic, theirs.baseline)
+    assert book.only is None  # the median asked for: every baseline read
+    for store in stores:
+        store.close()
+
+
 def test_the_cycle_collector_is_paused_while_files_are_read_and_restored_after():
     """In this process and the forked ones; after a failure too; left off if it was off."""
     import gc

@@ -119,7 +119,7 @@ def check(ctx, dbs, targets, hosts, ops, at, window, statistic, warning, critica
     try:
         span = cli.parse_duration_option(window, "--window")
         reader = cli.open_reader(ctx, dbs, targets, hosts, ops, at, one_moment=True,
-                                 windows=[span])
+                                 windows=[span], statistic=statistic)
         stale_after = (cli.parse_duration_option(stale, "--stale") if stale is not None
                        else STALE + copies_every(reader))
         stat = cli.parse_statistic_option(statistic) if statistic else reader.config.statistics[0]

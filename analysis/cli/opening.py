@@ -32,9 +32,11 @@ Opened = tuple[Optional[Store], list, Optional[tuple], Optional[str]]
 
 def open_all(paths: Sequence[Path], early: bool, at: float | None,
              split: int | None = None, visit: Callable[[], Any] | None = None,
-             visited: list | None = None) -> list[Opened]:
+             visited: list | None = None, statistics: Sequence[str] | None = None
+             ) -> list[Opened]:
     """Each of ``paths`` opened, in order (``early``: with its baselines and retention
-    read; ``at``: only the baselines in force then; ``split``: processes, this one among
+    read; ``at``: only the baselines in force then; ``statistics``: only of those;
+    ``split``: processes, this one among
     them, instead of one per free CPU from ``SPLIT_FROM`` files on). A process that fails
     (said on stderr) leaves its share to be opened here. ``visit``: makes, in each process,
     an object whose ``add`` is given every store it opens (in the same visit) and whose
@@ -47,11 +49,11 @@ def open_all(paths: Sequence[Path], early: bool, at: float | None,
 
     def here(task: tuple) -> tuple[list[Opened], Any]:
         seeing = visit() if visit is not None else None
-        got = [_open(path, early, at, seeing) for path in task[0]]
+        got = [_open(path, early, at, seeing, statistics) for path in task[0]]
         return got, seeing.done() if seeing is not None else None
 
     def run(task: tuple) -> tuple[list, Any]:
-        return _sent(task[0], early, at, visit) if task[1] else here(task)
+        return _sent(task[0], early, at, visit, statistics) if task[1] else here(task)
 
     opened: list[Opened] = []
     with forking.collector_paused():
@@ -64,13 +66,14 @@ def open_all(paths: Sequence[Path], early: bool, at: float | None,
 
 
 def _sent(paths: Sequence[Path], early: bool, at: float | None,
-          visit: Callable[[], Any] | None) -> tuple[list, Any]:
+          visit: Callable[[], Any] | None, statistics: Sequence[str] | None
+          ) -> tuple[list, Any]:
     """Each file opened and closed again, what was read kept (sent from a forked process:
     the store's state, not its connection), and what the visit saw."""
     seeing = visit() if visit is not None else None
     got = []
     for path in paths:
-        store, series, read, error = _open(path, early, at, seeing)
+        store, series, read, error = _open(path, early, at, seeing, statistics)
         got.append((store.elsewhere_state() if store else None, series, read, error))
         if store is not None:
             store.close()
@@ -85,7 +88,8 @@ def _received(path: Path, got: tuple) -> Opened:
     return Store.opened_elsewhere(path, state), series, read, error
 
 
-def _open(path: Path, early: bool, at: float | None, seeing: Any = None) -> Opened:
+def _open(path: Path, early: bool, at: float | None, seeing: Any = None,
+          statistics: Sequence[str] | None = None) -> Opened:
     try:
         store = Store(path, readonly=True)
     except StoreError as exc:
@@ -95,16 +99,16 @@ def _open(path: Path, early: bool, at: float | None, seeing: Any = None) -> Open
     except sqlite3.DatabaseError as exc:
         store.close()
         return None, [], None, str(StoreError(f"{path}: {exc}"))
-    read = _early(store, at) if early else None
+    read = _early(store, at, statistics) if early else None
     if seeing is not None:
         seeing.add(store)
     return store, series, read, None
 
 
-def _early(store: Store, at: float | None) -> tuple | None:
+def _early(store: Store, at: float | None, statistics: Sequence[str] | None) -> tuple | None:
     """(how far records were removed, the baselines, their histograms); None where the file
     fails to give them: then they are read when asked for, and a damaged table named then."""
     try:
-        return dict(kept_from([store])), load(store, at), load_histograms(store)
+        return dict(kept_from([store])), load(store, at, statistics), load_histograms(store, at)
     except (sqlite3.DatabaseError, StoreError):
         return None

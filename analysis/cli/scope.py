@@ -108,6 +108,7 @@ class Reader:
     # baselines and their histograms): one visit of each file instead of one per question,
     # each visit past the bound on open files (open_files.py) a new connection. Used once.
     early: list[tuple[dict, list, dict]] | None = field(default=None, repr=False)
+    early_statistics: tuple[str, ...] | None = None  # the only ones of ``early``'s baselines
     # The windows asked for at opening (``open_reader``'s ``windows``), read in the same
     # visits: given to ``target_slowdowns``, used once.
     prepared: cluster_windows.Prepared | None = field(default=None, repr=False)
@@ -166,7 +167,8 @@ class Reader:
         (a verdict's, watch's)."""
         loaded, self.early = self.early, None
         return BaselineBook(self.stores, self.config.baseline.expected,
-                            [(rows, blobs) for _, rows, blobs in loaded] if loaded else None)
+                            [(rows, blobs) for _, rows, blobs in loaded] if loaded else None,
+                            self.early_statistics)
 
     def _live_flights(self) -> list[tuple[str, str, str, float]]:
         """(host, target, op, age) of ops in flight longer than the interval, from the live
@@ -415,10 +417,13 @@ def _age(newest: float | None, now: float) -> float | None:
 
 def open_reader(ctx: click.Context, dbs: Sequence[str], targets: Sequence[str],
                 hosts: Sequence[str], ops: Sequence[str], at: str | None,
-                one_moment: bool = False, windows: Sequence[float] | None = None) -> Reader:
+                one_moment: bool = False, windows: Sequence[float] | None = None,
+                statistic: str | None = None) -> Reader:
     """``one_moment``: the command's first ``book()`` is asked only for the expected values
-    at the moment looked at (``slowdown``, ``check``), so a cluster view reads only the
-    baselines in force then while it opens each file. ``windows``: the windows the command
+    at the moment looked at (``slowdown``, ``check``), of ``statistic`` (its ``--stat``, or
+    the configured first), so a cluster view reads only those baselines (the ones in force
+    then, of the statistic the expected value is of) while it opens each file; the book
+    reads the others if asked after all. ``windows``: the windows the command
     shows at that moment (``()``: the configured ones), read by a cluster view in the same
     visits (``Reader.prepared``)."""
     config = ctx.obj["config"]()
@@ -444,9 +449,13 @@ def open_reader(ctx: click.Context, dbs: Sequence[str], targets: Sequence[str],
         asked = (Selection(hosts=tuple(hosts)), minute_of(moment),
                  [int(w) for w in (windows or config.windows)])
         visit = partial(cluster_windows.Visit, *asked)
+    wanted = None
+    if one_moment:
+        wanted = ((statistic or config.statistics[0]) if config.baseline.expected == "same"
+                  else "median",)
     for path, (store, series, read, error) in zip(paths, open_all(
             paths, early is not None, moment if one_moment else None, visit=visit,
-            visited=visited)):
+            visited=visited, statistics=wanted)):
         if store is None:
             if len(paths) == 1:  # the one file named: one line, and stop
                 raise click.ClickException(str(error)) from None
@@ -464,7 +473,7 @@ def open_reader(ctx: click.Context, dbs: Sequence[str], targets: Sequence[str],
                                    + ("; ..." if len(skipped) > 3 else ""))
     series = sorted({s for each in store_series for s in each})
     return Reader(config, stores, tuple(targets), tuple(hosts), tuple(ops), moment, at is None,
-                  series, store_series, skipped=skipped, early=early,
+                  series, store_series, skipped=skipped, early=early, early_statistics=wanted,
                   prepared=cluster_windows.Prepared.of(*asked, visited) if visit else None)
 
 

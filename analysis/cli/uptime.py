@@ -35,7 +35,7 @@ def uptime(ctx: click.Context, dbs, targets, hosts, ops, at, statistic: str | No
     """The slowdown of each target over the configured windows (``--accuracy``: over the
     shortest window precise enough)."""
     reader = open_reader(ctx, dbs, targets, hosts, ops, at, one_moment=True,
-                         windows=() if accuracy is None else None)
+                         windows=() if accuracy is None else None, statistic=statistic)
     stat = parse_statistic_option(statistic) if statistic else reader.config.statistics[0]
     wanted = parse_fraction_option(accuracy, "--accuracy") if accuracy is not None else None
     target_ops = reader.target_ops()

@@ -137,13 +137,17 @@ def save(store: Store, baselines: Sequence[Baseline], computed_at: float | None 
         raise
 
 
-def load_histograms(store: Store) -> dict[PeriodKey, bytes]:
+def load_histograms(store: Store, at: float | None = None) -> dict[PeriodKey, bytes]:
     """The stored histogram (encoded, with its moments) of each baseline period (none in a
-    file of schema 5, read as it is)."""
+    file of schema 5, read as it is); ``at``: only of the periods of baselines in force then."""
     if getattr(store, "version", schema.VERSION) < 6:
         return {}
+    when, params = ("", ()) if at is None else (
+        " WHERE EXISTS (SELECT 1 FROM baselines b WHERE b.target = h.target AND b.op = h.op"
+        " AND b.data_from = h.data_from AND b.data_to = h.data_to AND b.valid_from <= ?"
+        " AND (b.valid_to IS NULL OR b.valid_to > ?))", (at, at))
     return {(t, o, a, b): blob for t, o, a, b, blob in store.conn.execute(
-        "SELECT target, op, data_from, data_to, hist FROM baseline_histograms")}
+        f"SELECT target, op, data_from, data_to, hist FROM baseline_histograms h{when}", params)}
 
 
 def _made(store: Store, target: str, op: str, stats: Sequence[str], start: int, end: int,
@@ -160,11 +164,19 @@ def _made(store: Store, target: str, op: str, stats: Sequence[str], start: int, 
 _FIELDS = tuple(f.name for f in dataclasses.fields(Baseline))
 
 
-def load(store: Store, at: float | None = None) -> list[Baseline]:
+def load(store: Store, at: float | None = None,
+         statistics: Sequence[str] | None = None) -> list[Baseline]:
     """The file's baselines in the order they were made; ``at``: only those in force then
-    (a cluster view of one moment: about half the rows of every file)."""
-    when, params = ("", ()) if at is None else \
-        (" WHERE valid_from <= ? AND (valid_to IS NULL OR valid_to > ?)", (at, at))
+    (a cluster view of one moment: about half the rows of every file); ``statistics``: only
+    of those (a cluster's ``slowdown``: one of six)."""
+    conditions, params = [], []
+    if at is not None:
+        conditions.append("valid_from <= ? AND (valid_to IS NULL OR valid_to > ?)")
+        params += [at, at]
+    if statistics is not None:
+        conditions.append(f"statistic IN ({', '.join('?' for _ in statistics)})")
+        params += list(statistics)
+    when = " WHERE " + " AND ".join(conditions) if conditions else ""
     rows = store.conn.execute(
         "SELECT target, op, statistic, value, samples, data_from, data_to, valid_from, valid_to,"
         f" provisional, reason FROM baselines{when} ORDER BY valid_from, id", params)
@@ -286,11 +298,18 @@ class BaselineBook:
     """
 
     def __init__(self, stores: Sequence[Store], expected: str = "same",
-                 loaded: Sequence[tuple[list[Baseline], dict[PeriodKey, bytes]]] | None = None
-                 ) -> None:
-        """``loaded``: each store's ``load`` and ``load_histograms``, read already."""
+                 loaded: Sequence[tuple[list[Baseline], dict[PeriodKey, bytes]]] | None = None,
+                 statistics: Sequence[str] | None = None) -> None:
+        """``loaded``: each store's ``load`` and ``load_histograms``, read already;
+        ``statistics``: the only ones ``loaded`` holds (asked for another, the book reads
+        every baseline of the files again)."""
         self.stores = list(stores)
         self.mode = expected
+        self.only = set(statistics) if loaded and statistics is not None else None
+        self._read(loaded)
+
+    def _read(self, loaded: Sequence[tuple[list[Baseline], dict[PeriodKey, bytes]]] | None
+              ) -> None:
         self.books: list[list[Baseline]] = [rows for rows, _ in loaded] if loaded else \
             [load(store) for store in self.stores]
         self.rows: list[Baseline] = self.books[0] if self.books else []
@@ -309,7 +328,14 @@ class BaselineBook:
         self._cluster_at: dict[tuple, Expected | None] = {}
         self._first: dict[tuple[str, str], int | None] = {}
 
+    def _holding(self, statistic: str) -> None:
+        """Every baseline read, where ``statistic`` is not among those loaded."""
+        if self.only is not None and statistic not in self.only:
+            self.only = None
+            self._read(None)
+
     def in_force(self, target: str, op: str, statistic: str, at: float) -> Baseline | None:
+        self._holding(statistic)
         return _in_force(self.rows, target, op, statistic, at)
 
     def _merged(self, target: str, op: str, statistic: str, start: int, end: int):
@@ -361,6 +387,7 @@ class BaselineBook:
 
     def expected(self, target: str, op: str, statistic: str, at: float) -> Expected | None:
         stat = statistic if self.mode == "same" else "median"
+        self._holding(stat)
         if len(self.stores) == 1:
             b = self.in_force(target, op, stat, at)
             if b is not None:
@@ -384,6 +411,7 @@ class BaselineBook:
         a series of minutes takes the value in force at each minute. Where no baseline is in
         force the provisional value is the one known at the end of that period."""
         stat = statistic if self.mode == "same" else "median"
+        self._holding(stat)
         changes = sorted({t for rows in self.books for b in rows
                           if (b.target, b.op, b.statistic) == (target, op, stat)
                           for t in (b.valid_from, b.valid_to)
