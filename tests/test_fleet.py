@@ -288,7 +288,7 @@ def test_nested_windows_split_between_processes_are_the_same_to_the_bit(three_ho
 
     paths = copies(three_hosts, 9)
     stores = [Store(path, readonly=True) for path in paths]
-    query = cluster_windows._query(Selection(), NOV + 100 * 60, [60, 600, 3600])
+    query = cluster_windows.windows_query(Selection(), NOV + 100 * 60, [60, 600, 3600])
     one = cluster_windows._read(stores, query)
     split = cluster_windows._read_split(stores, query, processes=3)
     assert one is not None and split is not None
@@ -432,7 +432,7 @@ def test_the_windows_are_read_in_the_visits_that_open_the_files(three_hosts, mon
     paths = copies(three_hosts, 9)
     end, spans = NOV + 100 * 60, [60, 600, 3600]
     alone = cluster_windows._read([Store(p, readonly=True) for p in paths],
-                                  cluster_windows._query(Selection(), end, spans))
+                                  cluster_windows.windows_query(Selection(), end, spans))
     for split in (1, 3):
         visited: list = []
         opened = open_all(paths, True, end, split=split, visited=visited,

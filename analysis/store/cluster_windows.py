@@ -4,18 +4,19 @@ A cluster's ``slowdown`` shows a few windows (1m, 10m, 1h) for a dozen ops: a fe
 numbers, from every host's records of the longest window (512 hosts: 368,640 minute
 records). Each window takes the whole tens inside it from a file that keeps ten-minute
 records (``tens.py``) and minutes elsewhere; the windows share the records they both take.
-Each file gives what the windows take in one query, each row labelled with its kind (the
-set of windows that take it); their numbers are added per (target, op, kind) in the rows'
-order, and the histogram blobs of many files are decoded and summed together with numpy into
-dense counts per label. Each window is the sum of the kinds it takes. Six minutes into a ten,
-a series is 19 rows (14 minutes, 5 tens) where its minutes are 60; on a ten, 7 (a minute,
-6 tens). The result is what ``aggregate`` gives for each window's aggregate
-(``store.window``) from the minutes (counts, extremes and histograms exactly; sums to their
-rounding where tens stand in for minutes) where no window edge cuts a record: windows of
-whole minutes ending on a minute, and no hour record overlapping the longest one. Otherwise it
-returns None and the caller takes the general path, which counts a cut record by its overlap.
-The stuck age at each window's end (``window.stuck_at_end``) comes from the latest record of
-each series in the longest window, read only where some record of it holds one.
+Each file gives what the windows take in one query (``window_records.py``), each row
+labelled with its kind (the set of windows that take it); their numbers are added per
+(target, op, kind) in the rows' order, and the histogram blobs of many files are decoded and
+summed together with numpy into dense counts per label. Each window is the sum of the kinds
+it takes. Six minutes into a ten, a series is 19 rows (14 minutes, 5 tens) where its minutes
+are 60; on a ten, 7 (a minute, 6 tens). The result is what ``aggregate`` gives for each
+window's aggregate (``store.window``) from the minutes (counts, extremes and histograms
+exactly; sums to their rounding where tens stand in for minutes) where no window edge cuts a
+record: windows of whole minutes ending on a minute, and no hour record overlapping the
+longest one. Otherwise it returns None and the caller takes the general path, which counts a
+cut record by its overlap. The stuck age at each window's end (``window.stuck_at_end``)
+comes from the latest record of each series in the longest window, read only where some
+record of it holds one.
 """
 
 from __future__ import annotations
@@ -23,18 +24,17 @@ from __future__ import annotations
 import dataclasses
 import math
 import sqlite3
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from itertools import chain
-from typing import NamedTuple
 
 import numpy as np
 
 from slowdown.analysis.histogram import Histogram, codec
 from slowdown.analysis.histogram.buckets import BucketCounts
-from slowdown.analysis.store import forking, tens
+from slowdown.analysis.store import forking
 from slowdown.analysis.store.records import HOUR, MINUTE, Aggregate
-from slowdown.analysis.store.schema import stuck_end_of
 from slowdown.analysis.store.store import TABLES, Selection, Store, StoreError
+from slowdown.analysis.store.window_records import WindowsQuery, windows_query
 
 # Blobs decoded together: a few MiB of pairs at a time, whatever the number of files.
 CHUNK = 65536
@@ -55,7 +55,7 @@ def nested_windows(stores: Sequence[Store], names: Selection, end: int,
         return {}
     if end % MINUTE or any(s % MINUTE for s in spans):
         return None
-    query = _query(names, end, spans)
+    query = windows_query(names, end, spans)
     width = query.width
     read = prepared.take(_key(names, end, spans), len(stores)) if prepared else None
     if read is None:
@@ -129,7 +129,7 @@ class Visit:
     def __init__(self, names: Selection, end: int, spans: Sequence[int]) -> None:
         self.key = _key(names, end, spans)
         usable = self.key[2] and not (end % MINUTE or any(s % MINUTE for s in self.key[2]))
-        self.reading = _Reading(_query(names, end, self.key[2])) if usable else None
+        self.reading = _Reading(windows_query(names, end, self.key[2])) if usable else None
 
     def add(self, store: Store) -> None:
         if self.reading is not None:
@@ -158,117 +158,13 @@ class Prepared:
     def of(cls, names: Selection, end: int, spans: Sequence[int],
            reads: Sequence[Read | None]) -> Prepared:
         key = _key(names, end, spans)
-        return cls(key, _joined(list(reads), _query(names, end, key[2]).width))
+        return cls(key, _joined(list(reads), windows_query(names, end, key[2]).width))
 
     def take(self, key: tuple, files: int) -> Read | None:
         """The read, once, if it is of ``key`` and of ``files`` files."""
         read, self.read = self.read, None
         return read if key == self.key and read is not None and len(read[4]) == files \
             else None
-
-
-class _Query(NamedTuple):
-    """What ``_read`` asks of each file (``_query``)."""
-
-    statement: Callable[[int], str]  # of the file's schema version
-    params: Callable[[int], list]
-    start: int  # the longest window's
-    end: int
-    width: int  # kinds of rows: each row's label is its series' code * width + its kind
-    members: list[list[int]]  # of each window (shortest first), the kinds of rows it takes
-
-
-def _query(names: Selection, end: int, spans: Sequence[int]) -> _Query:
-    """The records of the windows, in one statement. Each window takes the whole tens inside
-    it from a file that keeps them (``tens.py``), its minutes elsewhere (every minute from
-    an older file); the windows share what they both take (the minutes of the last ten
-    minutes, the tens of the hour). The records are read in stretches of one table whose
-    records the same windows take, each stretch its own range of the primary key (only the
-    records read are visited) and its rows labelled with its kind: the set of windows. The
-    statement is kept short, as every file prepares it anew. No hour record: a file holding
-    one in the window is not read this way (``_hours_within``)."""
-    where, params = names.series_where()
-    end = int(end)
-    # (minute records start on a minute: ``Store.write``; tens on a ten)
-    plain = [[(end - int(s), end)] for s in spans]
-    minutes, ten_ranges = [], []
-    for s in spans:
-        inner = tens.inner(end - int(s), end)
-        minutes.append(_outside(end - int(s), end, [inner] if inner else []))
-        ten_ranges.append([inner] if inner else [])
-    layouts = {  # whether the file keeps tens: (table, from, to, windows) of its stretches
-        False: [(TABLES[MINUTE], *piece) for piece in _stretches(plain)],
-        True: [(TABLES[MINUTE], *piece) for piece in _stretches(minutes)]
-        + [(tens.TABLE, *piece) for piece in _stretches(ten_ranges)]}
-    kinds = sorted({mask for layout in layouts.values() for *_, mask in layout})
-    kind = {mask: k for k, mask in enumerate(kinds)}
-
-    scans = {keeps: _scans(layout, kind) for keeps, layout in layouts.items()}
-
-    def statement(version: int) -> str:
-        return " UNION ALL ".join(
-            f"SELECT s.id, {label}, r.start, r.errors, r.skipped, r.sum, r.sumsq, "
-            f"coalesce(r.min, {_NO_MIN}), coalesce(r.max, {_NO_MAX}), r.stuck, "
-            f"{stuck_end_of(version)}, r.hist FROM series s CROSS JOIN {table} r "
-            f"ON r.series = s.id WHERE {where} AND r.start >= {a} AND r.start < {b}"
-            for table, a, b, label in scans[tens.holds(version)])
-
-    def params_of(version: int) -> list:
-        return params * len(scans[tens.holds(version)])
-    members = [[k for k, mask in enumerate(kinds) if mask >> w & 1] for w in range(len(spans))]
-    return _Query(statement, params_of, end - int(spans[-1]), end, len(kinds), members)
-
-
-def _scans(stretches: list[tuple[str, int, int, int]], kind: dict[int, int]
-           ) -> list[tuple[str, int, int, str]]:
-    """``(table, from, to, kind)`` of the stretches, neighbours of one table read in one
-    range (each subquery costs its preparation, in every file): the kind a constant, or an
-    SQL expression of the record's start."""
-    scans: list[tuple[str, int, int, list[tuple[int, int]]]] = []
-    for table, a, b, mask in stretches:
-        if scans and scans[-1][0] == table and scans[-1][2] == a:
-            scans[-1] = (table, scans[-1][1], b, [*scans[-1][3], (a, kind[mask])])
-        else:
-            scans.append((table, a, b, [(a, kind[mask])]))
-    return [(table, a, b, str(parts[0][1]) if len(parts) == 1 else
-             "CASE " + " ".join(f"WHEN r.start >= {at} THEN {k}" for at, k in parts[:0:-1])
-             + f" ELSE {parts[0][1]} END")
-            for table, a, b, parts in scans]
-
-
-# A record's extremes where it holds no value (NULL): what they are where there is none.
-_NO_MIN, _NO_MAX = "9e999", "-9e999"  # +inf and -inf in SQLite
-
-
-def _outside(first: int, end: int, inner: list[tuple[int, int]]) -> list[tuple[int, int]]:
-    """The runs of ``[first, end)`` outside the ``inner`` ranges (sorted, disjoint, within
-    it)."""
-    out, at = [], first
-    for a, b in inner:
-        if at < a:
-            out.append((at, a))
-        at = b
-    if at < end:
-        out.append((at, end))
-    return out
-
-
-def _stretches(ranges: Sequence[Sequence[tuple[int, int]]]) -> list[tuple[int, int, int]]:
-    """``(from, to, windows)``: the stretches of time that some of the windows' ``ranges``
-    (per window) cover, each with the bit mask of the windows that cover it, in time order;
-    neighbours with the same windows joined."""
-    cuts = sorted({x for window in ranges for r in window for x in r})
-    out: list[tuple[int, int, int]] = []
-    for a, b in zip(cuts, cuts[1:]):
-        mask = sum(1 << w for w, window in enumerate(ranges)
-                   if any(lo <= a and b <= hi for lo, hi in window))
-        if not mask:
-            continue
-        if out and out[-1][1] == a and out[-1][2] == mask:
-            out[-1] = (out[-1][0], b, mask)
-        else:
-            out.append((a, b, mask))
-    return out
 
 
 Read = tuple[np.ndarray, dict[tuple[str, str], int], dict[int, Histogram],
@@ -279,7 +175,7 @@ class _Reading:
     """``_read`` a file at a time: ``add`` each file (False where it holds an hour record in
     the window: the read is then of no use), ``result`` at the end."""
 
-    def __init__(self, query: _Query) -> None:
+    def __init__(self, query: WindowsQuery) -> None:
         self.query = query
         self.files = 0
         # every file's columns (start, errors, ..., stuck_end) of its rows, in order
@@ -364,7 +260,7 @@ class _Reading:
         return out
 
 
-def _read(stores: Sequence[Store], query: _Query) -> Read | None:
+def _read(stores: Sequence[Store], query: WindowsQuery) -> Read | None:
     """Each file's numbers per label (``_Reading.numbers``), in the order of the files; the
     code of each (target, op); the histogram of each label (code * parts + part); per
     (target, op) the (start, stuck_end) of each series' latest record where one of its
@@ -408,7 +304,7 @@ def _remember(stores: Sequence[Store], names: Selection, start: int, end: int,
         store.known[("newest",)] = newest
 
 
-def _read_split(stores: Sequence[Store], query: _Query, processes: int | None = None
+def _read_split(stores: Sequence[Store], query: WindowsQuery, processes: int | None = None
                 ) -> Read | None:
     """``_read`` with the files split between this process and forked ones (one per free
     CPU, ``forking.run_all``; ``processes``: how many, this one among them); counts merge
