@@ -34,13 +34,13 @@ def open_all(paths: Sequence[Path], early: bool, at: float | None,
              split: int | None = None, visit: Callable[[], Any] | None = None,
              visited: list | None = None, statistics: Sequence[str] | None = None
              ) -> list[Opened]:
-    """Each of ``paths`` opened, in order (``early``: with its baselines and retention
-    read; ``at``: only the baselines in force then; ``statistics``: only of those; ``split``:
+    """Each of ``paths`` opened, in order (``early``: with its baselines and retention read;
+    ``at``: only the baselines in force then; ``statistics``: only of those; ``split``:
     processes, this one among them, instead of one per free CPU from ``SPLIT_FROM`` files
-    on). A process that fails
-    (said on stderr) leaves its share to be opened here. ``visit``: makes, in each process,
-    an object whose ``add`` is given every store it opens (in the same visit) and whose
-    ``done`` ends its share; each share's ``done``, in order, is appended to ``visited``."""
+    on). A process that fails (said on stderr) leaves its share to be opened here.
+    ``visit``: makes, in each process, an object whose ``add`` is given every store it opens
+    (in the same visit) and whose ``done`` ends its share; each share's ``done``, in order,
+    is appended to ``visited``."""
     n = split or (min(forking.processes(), len(paths) // SHARE_FROM)
                   if len(paths) >= SPLIT_FROM else 1)
     bounds = [len(paths) * i // n for i in range(n + 1)]
