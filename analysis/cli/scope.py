@@ -419,13 +419,13 @@ def open_reader(ctx: click.Context, dbs: Sequence[str], targets: Sequence[str],
                 hosts: Sequence[str], ops: Sequence[str], at: str | None,
                 one_moment: bool = False, windows: Sequence[float] | None = None,
                 statistic: str | None = None) -> Reader:
-    """``one_moment``: the command's first ``book()`` is asked only for the expected values
-    at the moment looked at (``slowdown``, ``check``), of ``statistic`` (its ``--stat``, or
-    the configured first), so a cluster view reads only those baselines (the ones in force
-    then, of the statistic the expected value is of) while it opens each file; the book
-    reads the others if asked after all. ``windows``: the windows the command
-    shows at that moment (``()``: the configured ones), read by a cluster view in the same
-    visits (``Reader.prepared``)."""
+    """``one_moment``: the command's first ``book()`` is asked only for the expected values at the
+    moment looked at (``slowdown``, ``check``), of ``statistic`` (its ``--stat``, or the
+    configured first), so a cluster view reads only those baselines (the ones in force then,
+    of the statistic the expected value is of) while it opens each file; the book reads the
+    others if asked after all. ``windows``: the windows the command shows at that moment
+    (``()``: the configured ones), read by a cluster view in the same visits
+    (``Reader.prepared``)."""
     config = ctx.obj["config"]()
     given = ctx.obj.get("read", {})
     dbs = dbs or given.get("dbs", ())
