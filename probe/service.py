@@ -23,7 +23,6 @@ import datetime as dt
 import json
 import logging
 import os
-import signal
 import sqlite3
 import threading
 import time
@@ -48,6 +47,7 @@ from slowdown.probe.node import NodeSampler
 from slowdown.probe.notify import MigrationProgress, Notifier
 from slowdown.probe.recorder import CLOCK_STEP, Recorder
 from slowdown.probe.runner import TargetRunner
+from slowdown.probe.stop_signals import StopSignals
 
 log = logging.getLogger(__name__)
 
@@ -76,6 +76,7 @@ class Service:
         ]
         self.node = NodeSampler(config.host)
         self.stop_event = threading.Event()
+        self._stops = StopSignals(self.stop_event)  # SIGTERM, SIGINT: stop_signals.py
         self.phase = phase_of(config.host, config.interval)
         self.live_file = live_path(config.database)
         self.started = time.time()
@@ -271,14 +272,6 @@ class Service:
 
     # -- lifecycle ---------------------------------------------------------------------------
 
-    def _install_signals(self) -> None:
-        def stop(signum: int, _frame: object) -> None:
-            log.info("signal %d: stopping", signum)
-            self.stop_event.set()
-
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(sig, stop)
-
     def _claim(self) -> int | None:
         """Before anything is written: the database's place and its writer's lock, then each
         workspace's lock, taken by the target's worker (started now for that; a hung target
@@ -319,6 +312,7 @@ class Service:
             self._refusal = text
             log.error("%s", text)
         self.stop_event.set()
+        self._stops.wake()
 
     def _lock_again(self):
         """The database's lock, taken again after the volume failed: held by another service
@@ -348,7 +342,7 @@ class Service:
         self._tick_mono = time.monotonic()  # a long migration is not a scheduler that stalled
         if cfg.alerts:  # its own connections: never inside the flush's transactions
             self.alerts = ServiceAlerts(cfg, lambda: Store(cfg.database, check_same_thread=False))
-        self._install_signals()
+        self._stops.install()
         if self.metrics is not None:
             self.metrics.start()
         self.scheduler.add_job(
@@ -364,7 +358,7 @@ class Service:
         self.notifier.ready(f"probing {', '.join(r.name for r in self.runners)}")
         deadline = None if self.duration is None else time.monotonic() + self.duration
         beat = min(1.0, cfg.interval, (self.notifier.watchdog_interval or 2.0) / 2)
-        while not self.stop_event.wait(self._until_beat(beat)):
+        while not self._stops.wait(self._until_beat(beat)):
             self.notifier.watchdog()
             self._check_clock()
             self._watch_scheduler()
@@ -459,6 +453,7 @@ class Service:
         if self.metrics is not None:
             self.metrics.stop()
         killer.cancel()
+        self._stops.close()
         delays = self.tick_delays()
         if delays:
             log.info("tick start delay over %d ticks: median %.2f ms, p99 %.2f ms, max %.2f ms",
