@@ -90,24 +90,19 @@ def read_only_uri(path: Path) -> str:
     reads on a network filesystem whose locks do not work (Lustre without ``flock``), and a
     reader that has it open keeps reading the whole file it opened while a newer copy
     replaces it.
+
+    Only the names beside the file are looked at, never the file itself: this runs in the
+    service too (its metrics, alerts and verdict read its own database), and a process that
+    opens and closes a descriptor of the database outside SQLite drops every POSIX lock it
+    holds on it, the writer's among them. The next client to close would then take itself
+    for the last, checkpoint and delete the ``-wal`` and ``-shm`` files under the writer
+    (SQLite's "How To Corrupt An SQLite Database File", 2.2). docs/DEVELOPERS.md states the
+    rule; tests/test_writer_locks.py holds the service to it.
     """
     resolved = path.resolve()
     uri = f"file:{quote(str(resolved))}?mode=ro"
-    # The file that would hold what is not in the file itself yet: none, nothing missing.
-    pending = {"wal": "-wal", "rollback": "-journal"}.get(_journal_mode(resolved) or "")
-    if pending is not None and not Path(f"{resolved}{pending}").exists():
+    # The file that would hold what is not in the file itself yet (a WAL, or a hot journal):
+    # none of either, nothing is missing.
+    if not any(Path(f"{resolved}{pending}").exists() for pending in ("-wal", "-journal")):
         uri += "&immutable=1"
     return uri
-
-
-def _journal_mode(path: Path) -> str | None:
-    """``wal`` or ``rollback`` as the file's header says (read and write versions, bytes
-    18-19: 2 for WAL, 1 for a rollback journal), None for what is not an SQLite file."""
-    try:
-        with open(path, "rb") as f:
-            header = f.read(20)
-    except OSError:
-        return None
-    if header[:16] != b"SQLite format 3\x00":
-        return None
-    return {b"\x02\x02": "wal", b"\x01\x01": "rollback"}.get(header[18:20])
