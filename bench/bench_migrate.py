@@ -32,8 +32,7 @@ from pathlib import Path
 import numpy as np
 
 from slowdown.analysis.histogram import Histogram, codec
-from slowdown.analysis.store import schema
-from slowdown.analysis.store import store as store_module
+from slowdown.analysis.store import schema, sql_functions
 from slowdown.analysis.store.records import MINUTE
 
 T0 = 1_767_225_600  # 2026-01-01T00:00:00Z
@@ -117,8 +116,7 @@ def copy_database(source: Path, dest: Path) -> None:
 def connect(path: Path) -> sqlite3.Connection:
     """A connection as the store's writer sets it up, without migrating."""
     conn = sqlite3.connect(path, isolation_level=None)
-    conn.create_function("hist_merge", 2, store_module._hist_merge, deterministic=True)
-    conn.create_function("hist_derived", 4, store_module._hist_derived, deterministic=True)
+    sql_functions.register(conn)
     conn.execute("PRAGMA journal_mode = WAL")
     conn.execute("PRAGMA synchronous = FULL")
     return conn

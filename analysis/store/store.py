@@ -7,7 +7,6 @@ Writing a record whose (host, target, op, start) exists merges into it inside SQ
 
 from __future__ import annotations
 
-import functools
 import glob
 import json
 import os
@@ -16,8 +15,9 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 
-from slowdown.analysis.histogram import Histogram, codec
-from slowdown.analysis.store import schema, tens
+from slowdown.analysis.histogram import codec
+from slowdown.analysis.store import schema, sql_functions, tens
+from slowdown.analysis.store.file_identity import FileIdentity
 from slowdown.analysis.store.open_files import READERS, read_only_uri
 from slowdown.analysis.store.records import (
     HOUR,
@@ -29,6 +29,7 @@ from slowdown.analysis.store.records import (
     Record,
 )
 from slowdown.analysis.store.selection import Selection, named, plain_globs
+from slowdown.analysis.store.sql_functions import derived
 from slowdown.analysis.store.window import aggregate_rows
 
 TABLES = {MINUTE: "minutes", HOUR: "hours"}
@@ -72,67 +73,6 @@ def _refuse_copy(conn: sqlite3.Connection, path: Path) -> None:
                          "write to that node's own database (its next copy carries it)")
 
 
-class _Latest:
-    """SQL aggregate ``latest(start, value)``: the value of the row with the latest start (for
-    rollups: an hour's stuck age at its end is its last minute's)."""
-
-    def __init__(self) -> None:
-        self.start: float | None = None
-        self.value: object = None
-
-    def step(self, start: float, value: object) -> None:
-        if self.start is None or start > self.start:
-            self.start, self.value = start, value
-
-    def finalize(self) -> object:
-        return self.value
-
-
-class _HistSum:
-    """SQL aggregate ``hist_sum(hist)``: the merge of many histogram blobs (for rollups)."""
-
-    def __init__(self) -> None:
-        self.blobs: list[bytes] = []
-
-    def step(self, blob: bytes) -> None:
-        self.blobs.append(blob)
-
-    def finalize(self) -> bytes:
-        return codec.encode(codec.merge_blobs(self.blobs), moments=False)
-
-
-def _hist_merge(a: bytes | None, b: bytes | None) -> bytes | None:
-    """SQL function ``hist_merge(a, b)``: two histogram blobs merged into one."""
-    if a is None or b is None:
-        return a if b is None else b
-    return codec.encode(codec.merge_blobs([a, b]), moments=False)
-
-
-def derived(h: Histogram) -> tuple:
-    """The derived columns of a record: p50, p90, p95, p99 (None when empty) and the bucket
-    counts at ``schema.BUCKETS_SCALE`` as JSON, clamped to the range that SQL readers know."""
-    quantiles = h.quantiles(schema.DERIVED_QUANTILES) if h.count else [None] * 4
-    shift = h.scale - schema.BUCKETS_SCALE
-    lowest, highest = schema.BUCKETS_LOWEST, schema.BUCKETS_HIGHEST
-    counts: dict[int, int] = {lowest: h.zero_count} if h.zero_count else {}
-    for index, count in h.buckets.counts.items():
-        coarse = index >> shift if shift >= 0 else index << -shift
-        coarse = lowest if coarse < lowest else highest if coarse > highest else coarse
-        counts[coarse] = counts.get(coarse, 0) + count
-    text = ",".join(f'"{i}":{c}' for i, c in sorted(counts.items()) if c)
-    return (*quantiles, "{" + text + "}")
-
-
-@functools.lru_cache(maxsize=16)
-def _derived_of_blob(blob: bytes, low: float | None, high: float | None) -> tuple:
-    return derived(codec.decode(blob, None, 0.0, 0.0, low, high))
-
-
-def _hist_derived(blob: bytes, low: float | None, high: float | None, column: int):
-    """SQL function ``hist_derived(hist, min, max, i)``: derived column ``i`` of a blob."""
-    return _derived_of_blob(blob, low, high)[column]
-
-
 def _upsert(table: str) -> str:
     merged = ("hist_merge(hist, excluded.hist)",  # blob, min and max after the merge
               "coalesce(min(min, excluded.min), min, excluded.min)",
@@ -160,6 +100,7 @@ class Store:
         self._watch_wal: str | None = None  # an immutable reader's cue to reconnect
         self._released = False  # a reader closed by the bound on open files (open_files.py)
         self._uri: str | None = None
+        self.files: FileIdentity | None = None  # a writer's files, once open (``moved``)
         # What a visit of a cluster view read for a later question of the same command
         # (cluster_windows.py), each answer taken once: ("newest",), ("seen", start, end, hosts).
         self.known: dict[tuple, object] = {}
@@ -185,12 +126,22 @@ class Store:
                 _set_wal(self.conn, timeout)
                 self.conn.execute("PRAGMA synchronous = FULL")
                 schema.migrate(self.conn, str(self.path), progress=migration_progress)
+                # The files this connection writes, noted to see them go (file_identity.py).
+                self.files = FileIdentity.at(self.path)
         except schema.SchemaError as exc:
             self._abandon()
             raise StoreError(str(exc)) from None
         except sqlite3.DatabaseError as exc:
             self._abandon()
             raise StoreError(f"{self.path}: {exc}") from None
+
+    def moved(self) -> str | None:
+        """For a writer: None while the files it writes are the files at its path, else what
+        happened to them, in words (``file_identity.py``); readers: always None."""
+        try:
+            return self.files.changed() if self.files is not None else None
+        except OSError as exc:
+            return f"cannot look at it ({exc.strerror or exc})"
 
     def elsewhere_state(self) -> tuple:
         """What ``opened_elsewhere`` needs to know of this reader, opened and checked here."""
@@ -210,6 +161,7 @@ class Store:
         store._released = True
         store._conn = None  # type: ignore[assignment]
         store.known = {}
+        store.files = None
         return store
 
     def _abandon(self) -> None:
@@ -222,10 +174,7 @@ class Store:
         conn = sqlite3.connect(database, uri=uri, timeout=self._timeout, isolation_level=None,
                                check_same_thread=self._check_same_thread)
         conn.execute(f"PRAGMA busy_timeout = {int(self._timeout * 1000)}")
-        conn.create_function("hist_merge", 2, _hist_merge, deterministic=True)
-        conn.create_function("hist_derived", 4, _hist_derived, deterministic=True)
-        conn.create_aggregate("hist_sum", 1, _HistSum)
-        conn.create_aggregate("latest", 2, _Latest)
+        sql_functions.register(conn)
         return conn
 
     def _connect_reader(self) -> sqlite3.Connection:
