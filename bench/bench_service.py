@@ -652,6 +652,7 @@ def trace_child(config_path: Path, seconds: float, variant: str, out: Path) -> i
 
     from slowdown.analysis.config import load_config
     from slowdown.probe import logs
+    from slowdown.probe.live_file import LiveFile
     from slowdown.probe.runner import TargetRunner
     from slowdown.probe.service import Service
 
@@ -667,7 +668,7 @@ def trace_child(config_path: Path, seconds: float, variant: str, out: Path) -> i
         _patch(executor, "run_job", lambda: picks.append(time.time()))
     _patch(Service, "tick", lambda: starts.append(time.time()))
     _span(Service, "flush", "flush", spans)
-    _span(Service, "publish_live", "live", spans)
+    _span(LiveFile, "write", "live", spans)
     _span(Service, "_watch_scheduler", "main beat", spans)
     _span(TargetRunner, "_message", "worker message", spans)
     gc_open: dict[int, float] = {}

@@ -28,6 +28,7 @@ from __future__ import annotations
 import errno
 import logging
 import os
+import sqlite3
 import stat
 from collections.abc import Mapping
 from pathlib import Path
@@ -38,6 +39,7 @@ from slowdown.analysis.config.defaults import (
     default_database_place,
     earlier_default_database,
 )
+from slowdown.analysis.store import schema
 from slowdown.analysis.store.filesystem import filesystem_of
 from slowdown.probe.lockfile import UNSUPPORTED, Holder, LockFile
 
@@ -189,3 +191,14 @@ def _earlier_default(database: Path, place: DefaultDatabase,
     log.warning("an earlier slowdown kept its database at %s; the default is now one file per "
                 "host, %s: to keep that history, stop the service and move the file there "
                 "(with its -wal file, if any), if this node alone wrote it", earlier, database)
+
+
+def damaged(exc: BaseException) -> bool:
+    """True when opening the database failed because of the file itself (damaged, foreign,
+    from a newer slowdown), not because of its volume (full, read-only, I/O errors: SQLite
+    reports those as OperationalError, and the service buffers until they pass)."""
+    cause = exc.__cause__ or exc.__context__
+    if isinstance(cause, schema.SchemaError):
+        return True
+    return isinstance(cause, sqlite3.DatabaseError) and not isinstance(
+        cause, sqlite3.OperationalError)

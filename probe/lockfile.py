@@ -155,14 +155,16 @@ class LockFile:
             if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
                 return False
             raise
-        if not self._same_file():
+        if not self.still_here():
             fcntl.flock(self.fd, fcntl.LOCK_UN)
             self.replaced = True
             return False
         self.locked = True
         return True
 
-    def _same_file(self) -> bool:
+    def still_here(self) -> bool:
+        """Whether the name still leads to the file this holds open (not removed, not
+        replaced by another)."""
         mine = os.fstat(self.fd)
         try:
             st = os.stat(self.name, dir_fd=self.dir_fd, follow_symlinks=False)

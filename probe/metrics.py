@@ -246,6 +246,14 @@ class ServiceMetrics:
         if ok and not everything:
             self.update_slowdowns(now)
 
+    def drop_reader(self) -> None:
+        """The service's writes stopped landing in the file at the path (store/landing.py): the
+        next computation reads whatever file is there then (called from the flush, as
+        ``update_slowdowns`` is)."""
+        reader, self._reader = self._reader, None
+        if reader is not None:
+            reader.close()
+
     def update_slowdowns(self, now: float) -> None:
         """Slowdown per op, window and statistic from the service's own database."""
         try:

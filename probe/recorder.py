@@ -11,11 +11,20 @@ out with the next flush, and results that the stepped-back clock puts into that 
 left out (counted in ``refused`` and logged) instead of doubling minutes already measured;
 recording resumes when the clock passes the mark. Latencies never see a step: the workers time
 ops with the monotonic clock.
+
+Nothing is written twice, and nothing is lost when a write lands in a file no reader opens (the
+database deleted, moved or replaced under the service: ``store.file_identity``). Each write
+carries this run's mark (``WRITER``: the run and the write's number) in the same transaction.
+A write that committed but did not land is kept aside; once a file at the path is open again,
+the mark in it says whether that write is in it after all (a WAL checkpointed into the file as
+the old connection closed, a backup restored from after it), and only what is not goes out
+again with the next write.
 """
 
 from __future__ import annotations
 
 import logging
+import secrets
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -27,6 +36,7 @@ from slowdown.analysis.store.records import MINUTE, NodeContext, Record, minute_
 log = logging.getLogger(__name__)
 
 CLOCK_STEP = 1.0  # seconds the wall clock must jump against the monotonic one to be a step
+WRITER = "writer"  # the state key of the last write's mark: {"run": token, "seq": number}
 
 
 class Recorder:
@@ -43,6 +53,11 @@ class Recorder:
         self._open: dict[tuple[str, str, int], Record] = {}
         self._node: dict[int, NodeContext] = {}
         self._failing_since: float | None = None
+        self.run = secrets.token_hex(8)  # this run's mark in the files it writes
+        self._seq = 0  # the number of the last write attempted
+        # Writes that committed into files no reader opens: (seq, records, nodes), until a file
+        # at the path says whether each is in it.
+        self._unlanded: list[tuple[int, list[Record], list[NodeContext]]] = []
         self.written = 0
         self.dropped = 0
         self._floor = float("-inf")  # wall time before which nothing is recorded (steps back)
@@ -50,6 +65,8 @@ class Recorder:
         self._offset = wall_clock() - monotonic()  # wall minus monotonic, between steps
         self.refused = 0  # results, skips and stuck ages for closed minutes, left out
         self._refused_logged = 0
+        self.not_landed: str | None = None  # why the last flush's write did not land
+        self.failure: str | None = None  # why the last flush failed (a write or not landed)
         # Told of every result, skipped tick, stuck age and node sample as they arrive (the
         # metrics endpoint): methods of the same names; they must be quick and never block.
         self.observers: list = []
@@ -89,6 +106,14 @@ class Recorder:
                 if latency is not None:
                     rec.histogram.record(latency)
         self._notify("result", target, op, latency, wall, failed=failed)
+
+    def waited(self, target: str, op: str, latency: float | None, wall: float,
+               failed: bool = False) -> None:
+        """A tick skipped while the run before it was still going, counted for ``op`` as
+        the wait a user would have had at ``wall`` (``runner.TargetRunner._waited``): the
+        same as a ``result`` of that latency in that minute, so that every window, command
+        and metric weighs a slow period by the time it lasted."""
+        self.result(target, op, latency, wall, failed=failed)
 
     def skipped(self, target: str, ops: Iterable[str], wall: float) -> None:
         """A tick that found the previous run still going."""
@@ -181,23 +206,35 @@ class Recorder:
               state: dict[str, object] | None = None) -> bool:
         """Write every ended minute (all minutes with ``everything``) in one transaction.
 
-        Returns True when the write succeeded; on failure the records stay buffered.
+        Returns True when the write succeeded and landed in the file at the path
+        (``Store.moved``); on failure the records stay buffered (``not_landed`` says why when
+        the write committed into files no reader opens).
         """
+        self.not_landed = self.failure = None
         before = float("inf") if everything else minute_of(now)
         records, nodes = self.take(before)
-        if not records and not nodes and not state:
+        if not records and not nodes and not state and not self._unlanded:
             return True
         try:
             target = store() if callable(store) else store
-            target.write(records, nodes, state)
+            records, nodes = self._with_unlanded(target, records, nodes)
+            self._seq += 1
+            target.write(records, nodes, {**(state or {}),
+                                          WRITER: {"run": self.run, "seq": self._seq}})
         except Exception as exc:  # any database failure: keep the data, say why once
             self.put_back(records, nodes)
+            self.failure = str(exc)
             if self._failing_since is None:
                 self._failing_since = now
                 log.error("cannot write the database %s(%s); probing goes on and minute records "
                           "are kept in memory, up to %d minutes, until it can be written",
                           f"{self.database} " if self.database else "", exc,
                           self.max_buffered_minutes)
+            return False
+        moved = getattr(target, "moved", lambda: None)()
+        if moved is not None:  # committed into files that readers no longer open
+            self._unlanded.append((self._seq, records, nodes))
+            self.not_landed = self.failure = moved
             return False
         if self._failing_since is not None:
             log.warning("database writable again after %.0f s; %d buffered minute records "
@@ -210,6 +247,23 @@ class Recorder:
                         self.refused - self._refused_logged)
             self._refused_logged = self.refused
         return True
+
+    def _with_unlanded(self, store: Store, records: list[Record], nodes: list[NodeContext]
+                       ) -> tuple[list[Record], list[NodeContext]]:
+        """``records`` and ``nodes`` with every write that did not land and is not in
+        ``store``'s file either (its mark says how far this run's writes reached it)."""
+        if not self._unlanded:
+            return records, nodes
+        mark = store.state(WRITER) or {}
+        reached = mark.get("seq", 0) if mark.get("run") == self.run else 0
+        missing = [(r, n) for seq, r, n in self._unlanded if seq > reached]
+        found = len(self._unlanded) - len(missing)
+        if found:
+            log.info("%d write(s) that seemed lost are in %s after all", found, store.path)
+        self._unlanded = []
+        for r, n in missing:
+            records, nodes = r + records, n + nodes
+        return records, nodes
 
     def pending_minutes(self) -> int:
         with self._lock:

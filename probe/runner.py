@@ -41,11 +41,14 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class InFlight:
-    """A run sent to a worker and not ended yet: its tick, and when it was sent (monotonic
-    seconds)."""
+    """A run sent to a worker and not ended yet: its tick, when it was sent (monotonic
+    seconds), the ticks it made skip (wall time, the op in flight then, its age) and what each
+    op of it gave so far (latency or None, failed)."""
 
     tick: int
     sent: float
+    skips: list[tuple[float, str, float]] = field(default_factory=list)
+    done: dict[str, tuple[float | None, bool]] = field(default_factory=dict)
 
 
 def _worker_env() -> dict[str, str]:
@@ -193,6 +196,7 @@ class TargetRunner:
                 if age < self.abandon_after or len(self._abandoned) >= self.max_abandoned:
                     self.status.skipped += 1
                     self.recorder.skipped(self.name, OPS, wall)
+                    self._waited(worker.in_flight, wall, op, age)
                     return False
                 log.warning("target %s: worker %d stuck in %s for %.0f s; abandoned, starting "
                             "another", self.name, worker.pid, op, age)
@@ -266,10 +270,13 @@ class TargetRunner:
             return len(self._abandoned)
 
     def close(self) -> None:
-        """Kill every worker without waiting for any (a hung one may never return)."""
+        """Kill every worker without waiting for any (a hung one may never return); an op
+        that was stuck in one counts by its age (``_cut``)."""
         with self._lock:
             self._closed = True
             handles = [h for h in [self._current, *self._abandoned] if h is not None]
+            for handle in handles:
+                self._cut(handle, self.wall())
             self._current = None
             self._abandoned = []
         for handle in handles:
@@ -294,14 +301,14 @@ class TargetRunner:
                     pass
                 elif "err" in message:
                     hung = self._hung(message)
-                    self.recorder.result(self.name, op, hung, wall, failed=True)
+                    self._returned(flight, op, hung, wall, failed=True)
                     self.status.errors += 1
                     self.status.last[op] = {"err": message["err"], "msg": message.get("msg"),
                                             "at": wall}
                     self._log_error(op, message, hung)
                 else:
                     latency = float(message["lat"])
-                    self.recorder.result(self.name, op, latency, wall)
+                    self._returned(flight, op, latency, wall)
                     self.status.last[op] = {"lat": latency, "at": wall}
             elif message.get("end") and flight is not None and message.get("tick") == flight.tick:
                 worker.in_flight = None
@@ -314,7 +321,7 @@ class TargetRunner:
                 if position is not None and not self._closed:
                     log.error("target %s: worker %d exited during %s", self.name, worker.pid,
                               position[0])
-                    self.recorder.result(self.name, position[0], None, wall)
+                    self._cut(worker, wall, failed=True)
                 worker.in_flight = None
                 if worker is self._current:
                     self._current = None
@@ -353,6 +360,45 @@ class TargetRunner:
             level = logging.INFO if mode == "direct" else logging.WARNING
             log.log(level, "target %s: data probe in %s mode%s", self.name, mode,
                     "" if mode == "direct" else " (O_DIRECT refused: fadvise and fdatasync)")
+
+    # -- a slow period weighs what it lasted (SPEC section 4) -----------------------------
+
+    def _waited(self, flight: InFlight | None, wall: float, op: str | None, age: float) -> None:
+        """A tick skipped because ``flight`` still runs (``op`` in flight for ``age`` s): the
+        wait a user would have had then. Each op of the run counts one more time, by its
+        latency in that run, in the minute of the tick; an op that has returned now, the
+        others as they return (the one in flight at least at ``age``). The expected-interval
+        correction against coordinated omission, as HdrHistogram and wrk2 make it: a
+        window's statistics describe the time in it, not only the probes that completed."""
+        if flight is None:
+            return
+        flight.skips.append((wall, op or OPS[0], age))
+        for done, (latency, failed) in flight.done.items():
+            self.recorder.waited(self.name, done, latency, wall, failed=failed)
+
+    def _returned(self, flight: InFlight, op: str, latency: float | None, wall: float,
+                  failed: bool = False) -> None:
+        """An op of ``flight`` returned: its result, and once more for each tick it made
+        skip (``_waited``)."""
+        self.recorder.result(self.name, op, latency, wall, failed=failed)
+        flight.done[op] = (latency, failed)
+        for at, stuck_op, age in flight.skips:
+            value = latency if latency is None or op != stuck_op else max(latency, age)
+            self.recorder.waited(self.name, op, value, at, failed=failed)
+
+    def _cut(self, worker: WorkerHandle, wall: float, failed: bool = False) -> None:
+        """The op in flight in ``worker`` will never return (the worker exited, or is killed
+        at the stop). One stuck longer than the interval was a wait that long at least: it
+        counts by its age (and as an error where the worker died: ``failed``); one cut in a
+        quicker moment is left out at a stop and an error otherwise."""
+        position, flight = worker.position(), worker.in_flight
+        if position is None or flight is None:
+            return
+        age = time.monotonic() - position[1]
+        if age > self.interval:
+            self._returned(flight, position[0], age, wall, failed=failed)
+        elif failed:
+            self._returned(flight, position[0], None, wall, failed=True)
 
     def _hung(self, message: dict) -> float | None:
         """How long a failed op was in flight, when longer than the interval: a hang that

@@ -19,16 +19,14 @@ with one line naming why or who.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
-import json
 import logging
 import os
-import sqlite3
 import threading
 import time
 import zlib
 from collections.abc import Callable
-from concurrent import futures
 
 from apscheduler.executors.debug import DebugExecutor
 from apscheduler.executors.pool import ThreadPoolExecutor
@@ -38,11 +36,21 @@ from apscheduler.triggers.interval import IntervalTrigger
 from slowdown.analysis.alerts import ServiceAlerts
 from slowdown.analysis.config import Config
 from slowdown.analysis.stats import baseline
-from slowdown.analysis.store import Store, retention, schema
+from slowdown.analysis.store import Store, retention
+from slowdown.analysis.store.landing import STATE_KEY as LANDING
+from slowdown.analysis.store.landing import Landing
 from slowdown.analysis.store.live import live_path
 from slowdown.analysis.store.records import MINUTE, minute_of
-from slowdown.probe.database_claim import Held, Refused, claim_database, lock_database, release
+from slowdown.probe.database_claim import (
+    Held,
+    Refused,
+    claim_database,
+    damaged,
+    lock_database,
+    release,
+)
 from slowdown.probe.exports import Exports
+from slowdown.probe.live_file import LiveFile, state_of
 from slowdown.probe.node import NodeSampler
 from slowdown.probe.notify import MigrationProgress, Notifier
 from slowdown.probe.recorder import CLOCK_STEP, Recorder
@@ -84,12 +92,10 @@ class Service:
         self._tick_mono = time.monotonic()
         self._clock_offset = self.started - self._tick_mono  # wall minus monotonic
         self._store: Store | None = None
+        self.landing = Landing(str(config.database))  # do the records reach the file?
         self._flush_lock = threading.Lock()
         self._last_rollup_hour: int | None = None
-        self._live_writer = futures.ThreadPoolExecutor(1, thread_name_prefix="live-state")
-        self._live_write: futures.Future | None = None
-        self._live_fd: int | None = None  # the live file, open for writing in place
-        self._live_size = 0
+        self.live = LiveFile(self.live_file)
         self._db_lock = None  # the writer's lock (database_claim.py), held while running
         self._refusal: str | None = None  # another service probes one of the workspaces
         self.alerts: ServiceAlerts | None = None  # rules evaluated after each minute flush
@@ -138,7 +144,8 @@ class Service:
         return self._store
 
     def flush(self, everything: bool = False) -> bool:
-        """Write every ended minute (or everything, at exit) in one transaction."""
+        """Write every ended minute (or everything, at exit) in one transaction, and see that
+        it landed in the file at the database's path (``store/landing.py``)."""
         with self._flush_lock:
             now = time.time()
             minute = minute_of(now)
@@ -147,17 +154,13 @@ class Service:
             # The node sample covers the time since the previous one: the minute that just
             # ended, or at exit the current, partial minute.
             self.recorder.node(self.node.sample(minute if everything else minute - MINUTE))
-            ok = self.recorder.flush(self.store, now, everything=everything)
-            if not ok:  # reopen next time: the volume may come back
-                store, self._store = self._store, None
-                try:
-                    if store is not None:
-                        store.close()
-                except Exception as exc:
-                    log.debug("closing the failed database connection: %s", exc)
-                release(self._db_lock)  # with the connection: nothing stays open there
-                self._db_lock = None
-            elif minute // 3600 != self._last_rollup_hour:
+            ok, again = self._write(now, everything)
+            if again or (not ok and everything and self.recorder.not_landed is not None):
+                ok, _ = self._write(now, everything)  # into the file at the path now
+            if ok:
+                self.landing.landed(now)
+                self._check_lock()
+            if ok and not everything and minute // 3600 != self._last_rollup_hour:
                 self._last_rollup_hour = minute // 3600
                 self._hourly(now)
         if ok and not everything and self.alerts is not None:
@@ -168,6 +171,61 @@ class Service:
         if self.metrics is not None:  # outside the lock: reads the database, writes nothing
             self.metrics.flushed(ok, now, everything)
         return ok
+
+    def _write(self, now: float, everything: bool) -> tuple[bool, bool]:
+        """One write: (landed, write again at once). On failure the database and its lock
+        are let go, to be opened at the path again: at once when the write committed into a
+        file no longer there (what it wrote checkpointed into that file first, moved away),
+        once this process's other connections to it have closed."""
+        landing = self.landing.closed(now)  # as it is once this write lands
+        state = {LANDING: landing.json()} if landing.episodes else None
+        ok = self.recorder.flush(self.store, now, everything=everything, state=state)
+        if ok:
+            return True, False
+        moved = self.recorder.not_landed
+        self.landing.failed(now, moved or self.recorder.failure or "cannot write",
+                            moved is not None)
+        store, self._store = self._store, None
+        try:
+            if store is not None and moved is not None and not store.files.same_database():
+                store.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")  # into the file moved
+            if store is not None:
+                store.close()
+        except Exception as exc:
+            log.debug("closing the failed database connection: %s", exc)
+        release(self._db_lock)  # with the connection: nothing stays open there
+        self._db_lock = None
+        if self.metrics is not None:
+            self.metrics.drop_reader()  # it reads the file at the path from now on
+        # Every connection of this process to the old file closed first: SQLite shares what
+        # it keeps of a file (its -wal, -shm) between a process's connections.
+        closed = self.alerts is None or self.alerts.dispatcher.release_database(2.0)
+        return False, moved is not None and closed
+
+    def _count_kept(self, ok: bool) -> str:
+        """The stop's count: this run's minute records in the file at the path (counted
+        there, not by what was sent), and what never reached it."""
+        where, pending = self.config.database, self.recorder.pending_minutes()
+        lost = (f"; {pending} minute(s) of records never reached it ({self.landing.reason})"
+                if not ok and pending else "")
+        if self._store is None:
+            return f"no file open at {where} at the end{lost}"
+        try:
+            count = self._store.minute_records(self.config.host, minute_of(self.started))
+        except Exception as exc:
+            return f"cannot count the records in {where}: {exc}{lost}"
+        return f"{count} minute records of this run in {where}{lost}"
+
+    def _check_lock(self) -> None:
+        """A lock file deleted under the service (``rm slowdown.db*``) would let a second
+        service start: taken again at its path (held by another by then: stop, exit 2)."""
+        if self._db_lock is not None and not self._db_lock.still_here():
+            log.error("the lock file of %s was deleted or replaced under the service; taking "
+                      "it again", self.config.database)
+            release(self._db_lock)
+            self._db_lock = None
+            with contextlib.suppress(Refused):  # held by another: _lock_again said so
+                self._db_lock = self._lock_again()
 
     def live_stuck(self) -> dict[tuple[str, str], float]:
         """Longest age per (target, op) of ops in flight longer than the interval."""
@@ -207,68 +265,9 @@ class Service:
         at = lambda q: delays[min(len(delays) - 1, int(q * len(delays)))]  # noqa: E731
         return {"ticks": len(delays), "p50": at(0.5), "p99": at(0.99), "max": delays[-1]}
 
-    def publish_live(self, now: float | None = None, stopped: bool = False) -> None:
-        """The live state, for ``slowdown watch``: rewritten in place, at most a second old.
-
-        Written half an interval after each tick, on a thread of its own: a slow volume under
-        the live file never delays a tick nor the watchdog, and what it shows in flight has
-        been running for half an interval.
-        """
-        now = time.time() if now is None else now
-        state = {
-            **({"stopped": now} if stopped else {}),  # the last one: readers say so at once
-            "host": self.config.host,
-            "pid": os.getpid(),
-            "started": self.started,
-            "updated": now,
-            "interval": self.config.interval,
-            "database": str(self.config.database),
-            "pending_minutes": self.recorder.pending_minutes(),
-            "targets": {
-                r.name: {
-                    "mode": r.status.mode,
-                    "last_tick": r.status.last_tick,
-                    "ticks": r.status.ticks,
-                    "skipped": r.status.skipped,
-                    "errors": r.status.errors,
-                    "abandoned_workers": r.abandoned,
-                    "in_flight": [{"op": op, "age": age, "pid": pid}
-                                  for op, age, pid in r.in_flight()],
-                    "last": r.status.last,
-                }
-                for r in self.runners
-            },
-        }
-        try:
-            self._write_live(json.dumps(state).encode())
-        except OSError as exc:
-            log.debug("cannot publish the live state: %s", exc)
-            self._close_live()  # opened again next time: the volume may come back
-
-    def _write_live(self, data: bytes) -> None:
-        """Overwrite the live file in place, in one write.
-
-        A new file renamed over the old one every second made ext4 allocate and write a new
-        block each time (a disk write a second, for ever); in place, the page is written back
-        with the rest. The text is padded with spaces to whole KiB and never shrinks, so no
-        tail of a longer earlier state is left behind it; a reader that meets a write half
-        done reads again (``analysis/store/live.py``).
-        """
-        if self._live_fd is None:
-            self._live_fd = os.open(self.live_file, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW
-                                    | os.O_CLOEXEC, 0o666)
-            os.ftruncate(self._live_fd, 0)
-            self._live_size = 0
-        self._live_size = max(self._live_size, -(-len(data) // 1024) * 1024)
-        os.pwrite(self._live_fd, data.ljust(self._live_size), 0)
-
-    def _close_live(self) -> None:
-        fd, self._live_fd = self._live_fd, None
-        if fd is not None:
-            try:
-                os.close(fd)
-            except OSError as exc:
-                log.debug("closing the live file: %s", exc)
+    def live_state(self, now: float | None = None, stopped: bool = False) -> dict:
+        """The live state now (``live_file.state_of``); ``stopped``: the last one."""
+        return state_of(self, time.time() if now is None else now, stopped)
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -377,8 +376,7 @@ class Service:
     def _hand_live_state(self) -> None:
         if not self.jitter:
             return  # no tick yet: the live state appears with the first
-        if self._live_write is None or self._live_write.done():
-            self._live_write = self._live_writer.submit(self.publish_live)
+        self.live.hand(self.live_state)
 
     def _watch_scheduler(self) -> None:
         """A wall-clock step can leave the scheduler waiting for a time long gone or far off."""
@@ -441,10 +439,8 @@ class Service:
         ok = self.flush(everything=True)
         if self.alerts is not None:
             self.alerts.close(2.0)
-        self._live_writer.shutdown(wait=False)
-        if self._live_write is None or self._live_write.done():
-            self.publish_live(time.time(), stopped=True)
-            self._close_live()
+        self.live.close(lambda: self.live_state(time.time(), stopped=True))
+        kept = self._count_kept(ok)
         if self._store is not None:
             self._store.close()
         release(self._db_lock)
@@ -459,7 +455,7 @@ class Service:
             log.info("tick start delay over %d ticks: median %.2f ms, p99 %.2f ms, max %.2f ms",
                      delays["ticks"], delays["p50"] * 1e3, delays["p99"] * 1e3,
                      delays["max"] * 1e3)
-        log.info("stopped; %d records written", self.recorder.written)
+        log.log(logging.INFO if ok else logging.ERROR, "stopped; %s", kept)
         if self._refusal is not None:
             return EXIT_DATABASE
         return 0 if ok else 1
@@ -467,17 +463,6 @@ class Service:
 
 def _utc(wall: float) -> str:
     return dt.datetime.fromtimestamp(wall, dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
-
-
-def damaged(exc: BaseException) -> bool:
-    """True when opening the database failed because of the file itself (damaged, foreign,
-    from a newer slowdown), not because of its volume (full, read-only, I/O errors: SQLite
-    reports those as OperationalError, and the service buffers until they pass)."""
-    cause = exc.__cause__ or exc.__context__
-    if isinstance(cause, schema.SchemaError):
-        return True
-    return isinstance(cause, sqlite3.DatabaseError) and not isinstance(
-        cause, sqlite3.OperationalError)
 
 
 def _exit_now() -> None:

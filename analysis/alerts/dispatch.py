@@ -138,6 +138,17 @@ class Dispatcher:
         """Look at the outbox now (new messages were queued)."""
         self._events.put(("wake", None, None))
 
+    def release_database(self, timeout: float) -> bool:
+        """Close the connection to the database now (the file at its path is another, or
+        its ``-wal`` went) and open it again only after ``REOPEN_AFTER``; True once closed
+        within ``timeout`` seconds (or never open)."""
+        if self._thread is None:
+            self._close_store(failed=True)
+            return True
+        closed = threading.Event()
+        self._events.put(("release", closed, None))
+        return closed.wait(timeout)
+
     def close(self, timeout: float = 5.0) -> None:
         """Stop within ``timeout`` seconds: attempts still running then are cut off (a
         command's process group killed) and left to the next start."""
@@ -226,6 +237,9 @@ class Dispatcher:
             kind, token, result = item
             if kind == "done":
                 self._finished(token, result)
+            elif kind == "release":
+                self._close_store(failed=True)
+                token.set()
             try:
                 item = self._events.get_nowait()
             except queue.Empty:
@@ -234,6 +248,8 @@ class Dispatcher:
     # -- the database ------------------------------------------------------------------------
 
     def _open(self) -> Store | None:
+        if self._store is not None and self._store.moved() is not None:
+            self._close_store()  # the file at the path is another now: write that one
         if self._store is None:
             if (self._store_failed_at is not None
                     and self.clock() - self._store_failed_at < REOPEN_AFTER):

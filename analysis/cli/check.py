@@ -9,7 +9,12 @@ import click
 
 from slowdown.analysis.cli import scope as cli
 from slowdown.analysis.cli.options import read_options
-from slowdown.analysis.cli.output import collecting_text, fmt_ratio, state_notes
+from slowdown.analysis.cli.output import (
+    collecting_text,
+    fmt_ratio,
+    landing_notes,
+    state_notes,
+)
 from slowdown.analysis.stats.slowdown import target_slowdowns
 from slowdown.analysis.store import Selection
 from slowdown.analysis.store.records import minute_of
@@ -71,7 +76,10 @@ Exit status (the monitoring-plugin convention):
   1  WARNING   a slowdown above --warning, or an op's error rate (failed ops
                over attempts in the window) above --errors-warning
   2  CRITICAL  a slowdown above --critical, or an error rate above
-               --errors-critical
+               --errors-critical, or records that are not reaching the
+               database (deleted, replaced, full, read-only: "records are
+               not reaching PATH since ..."), or did not while it was
+               deleted or replaced within the window
   3  UNKNOWN   no numbers to judge: the service is collecting its first
                minute ("collecting since ..., first numbers at ..."), the
                newest record is older than --stale (a stopped service is
@@ -154,9 +162,15 @@ def check(ctx, dbs, targets, hosts, ops, at, window, statistic, warning, critica
                   or 0) for s in reader.stores)
     states_of_numbers = {t: states[t] for t in target_ops if t in states}
     levels, parts, perf = [], [], []
+    # Records that do not reach the file, or did not while it was deleted or replaced
+    # within the window: CRITICAL, whatever the numbers (store/landing.py).
+    lost = landing_notes(reader.services(), reader.now - span, reader.now, reader.now)
     if reader.now - (newest + 60) > stale_after:
-        click.echo(f"SLOWDOWN UNKNOWN - {_stale(reader, newest, states_of_numbers)}")
-        sys.exit(UNKNOWN)
+        text = "; ".join(lost) or _stale(reader, newest, states_of_numbers)
+        click.echo(f"SLOWDOWN {'CRITICAL' if lost else 'UNKNOWN'} - {text}")
+        sys.exit(CRITICAL if lost else UNKNOWN)
+    if lost:
+        levels.append(CRITICAL)
     for target, (ts,) in results.items():
         value = ts.value
         failing = _worst_errors(ts)
@@ -184,8 +198,8 @@ def check(ctx, dbs, targets, hosts, ops, at, window, statistic, warning, critica
     # The worst state wins: CRITICAL, then WARNING, then UNKNOWN (a target without data).
     worst_state = next((s for s in (CRITICAL, WARNING, UNKNOWN) if s in levels), OK)
     label = f"{stat} over {format_duration(span)}"
-    notes = sorted({note for ts in states_of_numbers.values()
-                    for note in state_notes(ts, reader.now, len(reader.stores) > 1)})
+    notes = lost + sorted({note for ts in states_of_numbers.values()
+                           for note in state_notes(ts, reader.now, len(reader.stores) > 1)})
     if reader.cluster:
         end = minute_of(reader.now)
         notes.append(reader.merged(end - span, end).text(f"the last {format_duration(span)}"))

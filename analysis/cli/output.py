@@ -119,3 +119,29 @@ def state_notes(state: Any, now: float, cluster: bool) -> list[str]:
     if collecting and state.state != "collecting":
         notes.append(f"collecting on {', '.join(collecting)}")
     return notes
+
+
+def landing_notes(services: Sequence[Any], start: float, end: float, now: float,
+                  ongoing_only: bool = False) -> list[str]:
+    """What readers must be told of records that did not reach a database (``scope``'s
+    services, ``store/landing.py``) in ``[start, end]``: going on now (``records are not
+    reaching ... since ...``), or ended but with the file itself deleted, moved or replaced
+    (what the file at the path held before is not in it). ``ongoing_only``: the first kind."""
+    from slowdown.analysis.units import format_clock
+
+    notes = []
+    for service in services:
+        landing = getattr(service, "landing", None)
+        for episode in landing.within(start, end) if landing is not None else ():
+            reason = episode["reason"] or "unknown"
+            if episode["to"] is None:
+                kept = getattr(service, "pending", None)
+                kept = f"; {kept} minute(s) kept in memory" if kept else ""
+                notes.append(f"records are not reaching {landing.path} since "
+                             f"{format_clock(episode['from'], now)} ({reason}{kept})")
+            elif episode.get("moved") and not ongoing_only:
+                notes.append(f"records did not reach {landing.path} between "
+                             f"{format_clock(episode['from'], now)} and "
+                             f"{format_clock(episode['to'], now)} ({reason}); they are in the "
+                             "file at that path now")
+    return notes

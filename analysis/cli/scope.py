@@ -18,6 +18,8 @@ from slowdown.analysis.config import Config, ConfigError, load
 from slowdown.analysis.stats.baseline import BaselineBook
 from slowdown.analysis.stats.window import quantile_of
 from slowdown.analysis.store import Selection, Store, StoreError, expand_paths
+from slowdown.analysis.store.landing import STATE_KEY as LANDING
+from slowdown.analysis.store.landing import Landing
 from slowdown.analysis.store.live import read_live
 from slowdown.analysis.store.merged import Merged, merged
 from slowdown.analysis.store.records import MINUTE, minute_of
@@ -237,6 +239,7 @@ class Reader:
                 targets.setdefault(t, STOPPED)
             newest = {t: _newest(store, t) for t in recorded}
             mark = None if live else _published(store)
+            landing = Landing.of(live.get("records") if live else _state(store, LANDING))
             state = (STOPPED if not running else
                      RUNNING if RUNNING in targets.values() else COLLECTING)
             self._services.append(ServiceState(
@@ -249,7 +252,8 @@ class Reader:
                 newest_record=max((v for v in newest.values() if v is not None), default=None),
                 targets=dict(sorted(targets.items())), newest=newest, live=live,
                 published=mark.get("at") if mark else None,
-                published_every=_seconds(mark.get("every")) if mark else None))
+                published_every=_seconds(mark.get("every")) if mark else None,
+                landing=landing, pending=(live or {}).get("pending_minutes") if running else None))
         return self._services
 
     def target_states(self) -> dict[str, TargetState]:
@@ -318,6 +322,8 @@ class ServiceState:
     live: dict | None = field(default=None, repr=False)  # the live state itself
     published: float | None = None  # a copy published to a shared directory: when
     published_every: float | None = None  # and how often such copies are made, if said
+    landing: Landing | None = None  # whether its records reach the file (store/landing.py)
+    pending: int | None = None  # minutes its running service keeps in memory
 
     def json(self, now: float) -> dict:
         return {
@@ -331,6 +337,7 @@ class ServiceState:
             "age": _age(self.newest_record, now),
             "targets": self.targets,
             "published": self.published,
+            "records": self.landing.json() if self.landing else None,
         }
 
 
@@ -394,11 +401,16 @@ def _newest(store: Store, target: str) -> int | None:
 
 def _published(store: Store) -> dict | None:
     """The mark of a copy published to a shared directory (probe/publish.py), or None."""
+    mark = _state(store, "published")
+    return mark if isinstance(mark, dict) else None
+
+
+def _state(store: Store, key: str) -> object:
+    """A value of the state a service kept in the file, None when it cannot be read."""
     try:
-        mark = store.state("published")
+        return store.state(key)
     except (sqlite3.DatabaseError, ValueError):
         return None
-    return mark if isinstance(mark, dict) else None
 
 
 def _seconds(value: object) -> float | None:

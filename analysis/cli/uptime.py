@@ -13,6 +13,7 @@ from slowdown.analysis.cli.output import (
     collecting_text,
     dump_json,
     fmt_ratio,
+    landing_notes,
     state_notes,
     table,
 )
@@ -125,12 +126,15 @@ def show_uptime(reader: Reader, results: dict[str, list[TargetSlowdown]], stat: 
         return
     clock = format_clock(reader.now)
     stuck_targets = {t for t, _ in reader.live_stuck()}
+    lost = {t: landing_notes([s for s in reader.services() if t in s.targets],
+                             reader.now - span, reader.now, reader.now) for t in names}
     width = max(len(t) for t in names)
     for target in names:
         windows = results.get(target)
         state = states.get(target)
         if windows is None and state is not None:  # collecting: no numbers yet
             flag = "  (stuck)" if target in stuck_targets else ""
+            flag += "".join(f"  ({note})" for note in lost[target])
             click.echo(f"{clock}  {target:<{width}}  {collecting_text(state, reader.now)}{flag}")
             continue
         if not windows:
@@ -149,6 +153,7 @@ def show_uptime(reader: Reader, results: dict[str, list[TargetSlowdown]], stat: 
             flags.append("stuck")
         if state is not None:
             flags += state_notes(state, reader.now, cluster)
+        flags += lost[target]
         note = f"  ({', '.join(flags)})" if flags else ""
         label = f"window {format_duration(windows[0].window)} for +-{accuracy:.0%}  " \
             if accuracy is not None else ""

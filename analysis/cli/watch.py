@@ -9,7 +9,12 @@ import click
 
 from slowdown.analysis.cli import scope as cli
 from slowdown.analysis.cli.options import read_options
-from slowdown.analysis.cli.output import collecting_text, fmt_ratio, state_notes
+from slowdown.analysis.cli.output import (
+    collecting_text,
+    fmt_ratio,
+    landing_notes,
+    state_notes,
+)
 from slowdown.analysis.stats.slowdown import target_slowdowns
 from slowdown.analysis.units import format_clock, format_duration, format_latency
 
@@ -118,6 +123,9 @@ def _watch_frame(cli, reader, statistic, verdict_cache: dict | None = None) -> s
         elif service.state == cli.STOPPED and service.published is not None:
             said = f"read from a copy made at {format_clock(service.published, reader.now)}"
         lines.append(f"  service on {service.host or service.database}: {said}")
+        span = max(reader.config.windows, default=3600)
+        lines += [f"    {note}" for note in
+                  landing_notes([service], reader.now - span, reader.now, reader.now)]
         if not service.live or service.state == cli.STOPPED:
             continue
         for target, info in service.live.get("targets", {}).items():

@@ -391,6 +391,12 @@ class Store:
         return [tuple(r) for r in self.conn.execute(
             "SELECT host, target, op FROM series ORDER BY host, target, op")]
 
+    def minute_records(self, host: str, since: int) -> int:
+        """How many minute records of ``host`` start at ``since`` or later."""
+        return self.conn.execute(
+            "SELECT count(*) FROM minutes r JOIN series s ON s.id = r.series "
+            "WHERE s.host = ? AND r.start >= ?", (host, since)).fetchone()[0]
+
     def latest_start(self, selection: Selection = Selection()) -> int | None:
         """Start of the newest minute record in the selection, or None."""
         newest = self.known.pop(("newest",), None)
