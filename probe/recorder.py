@@ -165,6 +165,12 @@ class Recorder:
         with self._lock:
             self._floor = max(self._floor, float(wall))
 
+    @property
+    def floor(self) -> float:
+        """The wall time before which nothing is recorded any more (after steps back)."""
+        with self._lock:
+            return self._floor
+
     def take(self, before: float) -> tuple[list[Record], list[NodeContext]]:
         """Remove and return the records and node context of minutes before ``before``
         (and of every closed minute)."""

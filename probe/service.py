@@ -400,11 +400,12 @@ class Service:
             return
         before = mono + self._clock_offset  # where the wall clock would be without the step
         self._clock_offset = wall - mono
+        if step < 0:  # closed up to the furthest the clock has been (an earlier step's too)
+            self.recorder.close_before(before)
         log.warning("wall clock stepped %s by %.1f s, to %s; minutes are taken by the new "
                     "time%s", "back" if step < 0 else "forward", abs(step), _utc(wall),
-                    f"; nothing is recorded before {_utc(before)} again" if step < 0 else "")
-        if step < 0:
-            self.recorder.close_before(before)
+                    f"; nothing is recorded before {_utc(self.recorder.floor)} again"
+                    if step < 0 else "")
         self._tick_mono = mono
         self._reschedule()
 

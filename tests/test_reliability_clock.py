@@ -84,3 +84,29 @@ def test_a_minute_closed_by_a_step_back_is_written_at_the_next_flush():
     assert [(r.start, r.histogram.count) for r in written] == [(t0, 1)]
     recorder.result("t", "md-stat", 0.001, t0 + 30)  # from there on, recorded again
     assert recorder.refused == 2
+
+
+def test_a_second_step_back_names_the_moment_recording_resumes(tmp_path, caplog):
+    """Two steps back, the second to a moment before the first one's mark: nothing is
+    recorded again before the furthest moment the clock had reached, and the log names that
+    one (it named the second step's own moment, an hour and a half too early)."""
+    import logging
+
+    from slowdown.analysis.config import loads
+    from slowdown.probe.lockfile import utc
+    from slowdown.probe.service import Service
+
+    text = (f'database = "{tmp_path}/slowdown.db"\nhost = "n1"\n[[target]]\nname = "t"\n'
+            f'path = "{tmp_path}/t"\n')
+    service = Service(loads(text, tmp_path / "slowdown.toml"))
+    service.scheduler.add_job(lambda: None, "interval", seconds=1, id="tick")
+    service.scheduler.add_job(lambda: None, "cron", second=0, id="flush")
+    caplog.set_level(logging.WARNING, logger="slowdown.probe.service")
+    service._clock_offset += 2 * HOUR  # the clock ran two hours ahead, and steps back
+    service._check_clock()
+    furthest = service.recorder.floor
+    service._clock_offset += HOUR / 2  # half an hour ahead again, and back once more
+    service._check_clock()
+    second = caplog.records[-1].getMessage()
+    assert service.recorder.floor == furthest
+    assert f"nothing is recorded before {utc(furthest)} again" in second, second
