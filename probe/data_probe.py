@@ -16,6 +16,11 @@ and block on disk, hold the same content: a deduplicating or compressing layer c
 write cheaper than a new one. With `sync` (the target's `sync = true`) each write is followed
 by fdatasync inside the timed call, as `ioping -W` times its writes (also in direct mode).
 
+Only the reads' descriptor (read-only) stays open between ops. The writes' one is opened for
+each write and closed after it, both outside the timed call (`open_write`, `close_write`):
+a file held open for writing on the probed filesystem would make its admin's
+`mount -o remount,ro` fail ("busy").
+
 With a shared data file (data_file = "shared") the probe reads the target's shared data.bin,
 opened read-only, and writes the node's own write.bin: many nodes read one file (compatible
 read locks only) and no two nodes ever write the same file, so no write lock (a GPFS byte-range
@@ -106,6 +111,7 @@ class DataProbe:
         except BaseException:
             self.close()
             raise
+        self.close_write()
         self._cached = self.mode == FADVISE
         self._randbelow = random.Random(seed).randrange
 
@@ -136,12 +142,24 @@ class DataProbe:
                    read_size=ready.data_size, **kwargs)  # type: ignore[arg-type]
 
     def _open_files(self) -> None:
-        direct = _O_DIRECT if self.mode == DIRECT else 0
-        if self.write_path is None:
-            self._fd = self._wfd = os.open(self.path, _BASE_FLAGS | direct)
-            return
-        self._fd = os.open(self.path, _READ_FLAGS | direct)
-        self._wfd = os.open(self.write_path, _BASE_FLAGS | direct)
+        self._fd = os.open(self.path, _READ_FLAGS | self._direct)
+        self.open_write()
+
+    @property
+    def _direct(self) -> int:
+        return _O_DIRECT if self.mode == DIRECT else 0
+
+    def open_write(self) -> None:
+        """Open the file the next write goes to (outside the timed call); OSError as the
+        filesystem answers (EROFS on a volume remounted read-only)."""
+        if self._wfd < 0:
+            self._wfd = os.open(self.write_path or self.path, _BASE_FLAGS | self._direct)
+
+    def close_write(self) -> None:
+        """Let go of the file written (after each write): nothing stays open for writing."""
+        wfd, self._wfd = self._wfd, -1
+        if wfd >= 0:
+            os.close(wfd)
 
     def _close_files(self) -> None:
         fd, wfd, self._fd, self._wfd = self._fd, self._wfd, -1, -1
@@ -161,7 +179,7 @@ class DataProbe:
         if read_size is not None:
             self.size = min(self.size, read_size)
         self._nblocks = self.size // bs
-        self.write_size = os.fstat(self._wfd).st_size if self._wfd != self._fd else self.size
+        self.write_size = os.fstat(self._wfd).st_size if self.write_path else self.size
         self._wblocks = self.write_size // bs
         for blocks, path in ((self._nblocks, self.path), (self._wblocks, self.write_path)):
             if blocks < 1:
@@ -199,10 +217,12 @@ class DataProbe:
 
     def write_block(self) -> int:
         """Overwrite one block at a random aligned offset with fresh bytes (then fdatasync
-        with `sync`, or where O_DIRECT is refused); return the offset."""
+        with `sync`, or where O_DIRECT is refused); return the offset. The caller opens the
+        file first (`open_write`) and closes it after (`close_write`), untimed."""
         if not self._fresh:
             self.fresh_bytes()
         self._fresh = False
+        self.open_write()  # already open when the caller did it before timing
         bs = self.block_size
         offset = self._randbelow(self._wblocks) * bs
         n = os.pwritev(self._wfd, self._wbufs, offset)

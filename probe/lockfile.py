@@ -45,6 +45,11 @@ def boot_id() -> str:
         return ""
 
 
+def _same(a: int, b: int) -> bool:
+    sa, sb = os.fstat(a), os.fstat(b)
+    return (sa.st_dev, sa.st_ino) == (sb.st_dev, sb.st_ino)
+
+
 def utc(wall: float) -> str:
     return dt.datetime.fromtimestamp(wall, dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
 
@@ -122,18 +127,29 @@ class LockFile:
         self.writable = True
         self.locked = False
         self.replaced = False  # try_lock found the name leading to another file
+        self.held_read_only = False  # written through a descriptor of its own (``open``)
 
     @classmethod
     def open(cls, path: Path | str, *, dir_fd: int | None = None,
-             create: bool = True) -> LockFile:
+             create: bool = True, hold_read_only: bool = False) -> LockFile:
         """Open (create, 0644) the lock file; never through a symlink. A lock file that exists
         but cannot be written (a read-only volume) is opened for reading: flock works on it,
-        only the holder's text cannot be written. OSError otherwise."""
+        only the holder's text cannot be written. OSError otherwise.
+
+        ``hold_read_only``: the descriptor that holds the lock is opened for reading only, and
+        the holder's text written through another, closed at once (a flock belongs to its
+        own open file, so that close leaves it held): a file kept open for writing on a probed
+        filesystem would make its admin's ``mount -o remount,ro`` fail ("busy"). Where
+        ``flock`` refuses a read-only descriptor (NFS emulates it with POSIX locks: EBADF),
+        ``try_lock`` opens it for writing after all."""
         name = os.fspath(path)
         flags = _FLAGS if create else _FLAGS & ~os.O_CREAT
+        if hold_read_only:
+            flags = flags & ~os.O_RDWR | os.O_RDONLY
         try:
             fd = os.open(name, flags, 0o644, dir_fd=dir_fd)
             lock = cls(fd, name, dir_fd)
+            lock.held_read_only = hold_read_only
         except OSError as exc:
             if exc.errno not in (errno.EACCES, errno.EPERM, errno.EROFS):
                 raise
@@ -154,7 +170,10 @@ class LockFile:
         except OSError as exc:
             if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
                 return False
-            raise
+            if exc.errno != errno.EBADF or not self.held_read_only:
+                raise
+            self._reopen_for_writing()  # a flock emulated by POSIX locks (NFS)
+            return self.try_lock()
         if not self.still_here():
             fcntl.flock(self.fd, fcntl.LOCK_UN)
             self.replaced = True
@@ -191,9 +210,24 @@ class LockFile:
     def write(self, holder: Holder) -> None:
         """Say who holds the lock (one write of the whole padded text)."""
         text = json.dumps(holder.to_dict(), separators=(",", ":")).encode().ljust(TEXT_SIZE)
-        os.pwrite(self.fd, text, 0)
-        if os.fstat(self.fd).st_size > len(text):  # after a longer text (a long path)
-            os.ftruncate(self.fd, len(text))
+        fd = self.fd
+        if self.held_read_only:
+            fd = os.open(self.name, os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC,
+                         dir_fd=self.dir_fd)
+        try:
+            if fd != self.fd and not _same(fd, self.fd):
+                return  # replaced meanwhile: not the file held
+            os.pwrite(fd, text, 0)
+            if os.fstat(fd).st_size > len(text):  # after a longer text (a long path)
+                os.ftruncate(fd, len(text))
+        finally:
+            if fd != self.fd:
+                os.close(fd)
+
+    def _reopen_for_writing(self) -> None:
+        fd = os.open(self.name, _FLAGS & ~os.O_CREAT, dir_fd=self.dir_fd)
+        os.close(self.fd)
+        self.fd, self.held_read_only = fd, False
 
     def close(self) -> None:
         """Release the lock (and the file)."""

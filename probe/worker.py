@@ -139,10 +139,18 @@ class Probes:
                              (DATA_WRITE, self.data.write_block)):
                 t0 = clock()
                 try:
+                    if op == DATA_WRITE:  # its file opened untimed, and closed after
+                        self.data.open_write()
+                        t0 = clock()
                     call()
                     message = {"tick": tick, "op": op, "lat": clock() - t0}
                 except OSError as exc:  # how long it took to fail: a hang that ended so
                     message = {"tick": tick, "op": op, **_error(exc), "lat": clock() - t0}
+                if op == DATA_WRITE:
+                    try:
+                        self.data.close_write()
+                    except OSError as exc:  # the write did not make it after all
+                        message = {**message, **_error(exc)}
                 report(message)
 
             missing: list[bool] = []  # per failed md op: was it a file not found?

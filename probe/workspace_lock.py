@@ -110,7 +110,7 @@ class WorkspaceClaim:
             if self.lock is None:
                 if not self._prepared():
                     return "none", None, "not prepared yet: not locked"
-                self.lock = LockFile.open(self.workspace / LOCK_NAME)
+                self.lock = LockFile.open(self.workspace / LOCK_NAME, hold_read_only=True)
             try:
                 taken = self.lock.try_lock()
             except OSError as exc:
