@@ -308,3 +308,53 @@ def test_the_service_keeps_probing_and_flushing_while_its_alerts_meet_hung_copie
     assert "alert evaluation failed" not in log, log
     assert "stopped" in log, log
 
+
+# -- check-config -----------------------------------------------------------------------------
+
+def placed(tmp_path: Path, target: Path, publish: Path, glob: str) -> Path:
+    path = tmp_path / "placed.toml"
+    path.write_text(f'host = "n0"\ndatabase = "{tmp_path / "local" / "n0.db"}"\n'
+                    f'[[target]]\nname = "work"\npath = "{target}"\n'
+                    f'[publish]\ndir = "{publish}"\n[fleet]\ndatabases = "{glob}"\n')
+    return path
+
+
+def test_check_config_warns_when_the_copies_lie_under_a_target(tmp_path):
+    """``[publish] dir`` through a symbolic link into the target, ``[fleet] databases`` under
+    it: a warning line for each, and still OK (exit 0); elsewhere, no warning."""
+    target = tmp_path / "probed" / "work"
+    (target / "pub").mkdir(parents=True)
+    (tmp_path / "local").mkdir()
+    (tmp_path / "link").symlink_to(target)
+    done = probe_cli(placed(tmp_path, target, tmp_path / "link" / "pub", f"{target}/pub/*.db"),
+                     "check-config")
+    assert done.returncode == 0, done.stderr
+    warnings = [line for line in done.stdout.splitlines() if line.startswith("warning: ")]
+    assert warnings == [
+        f"warning: [publish] dir {tmp_path}/link/pub lies under target work's path {target}: "
+        "when that filesystem fails, no node can read this copy; use a filesystem that no "
+        "target probes, or Prometheus (docs/FLEET.md)",
+        f"warning: [fleet] databases {target}/pub/*.db lies under target work's path {target}: "
+        "when that filesystem fails, the verdict cannot read the copies; use a filesystem "
+        "that no target probes, or Prometheus (docs/FLEET.md)"], done.stdout
+    assert done.stdout.splitlines()[-1] == "configuration OK"
+
+    (tmp_path / "shared").mkdir()
+    done = probe_cli(placed(tmp_path, target, tmp_path / "shared",
+                            f"{tmp_path}/shared/*.db"), "check-config")
+    assert done.returncode == 0 and "warning:" not in done.stdout, done.stdout
+
+
+def test_check_config_on_a_hung_target_warns_without_hanging(tmp_path, faultfs):
+    """The target's filesystem hangs: the paths are compared as written after the deadline,
+    the warning is given all the same, and check-config ends within seconds."""
+    (tmp_path / "local").mkdir()
+    (faultfs.backing / "work" / "pub").mkdir(parents=True)
+    target = faultfs.mountpoint / "work"
+    config = placed(tmp_path, target, target / "pub", f"{target}/pub/*.db")
+    faultfs.hang("*")
+    start = time.monotonic()
+    done = probe_cli(config, "check-config", timeout=GIVE_UP)
+    assert time.monotonic() - start < 5
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.count(f"lies under target work's path {target}") == 2, done.stdout
