@@ -112,8 +112,10 @@ class Gathered:
         (with the errno of the first, where the system gave one)."""
         error, cause = self.error, self.cause
         if error is None and self.files and len(self.unreadable) == self.files:
-            count = f"{self.files} files" if self.files > 1 else "the file"
-            error, cause = f"none of {count} could be read: {self.unreadable[0]}", self.causes[0]
+            first = self.unreadable[0]
+            error = (f"none of {self.files} files could be read: {first}" if self.files > 1
+                     else f"the one file could not be read: {first}")
+            cause = self.causes[0]
         return {t: Reading(source, tuple(p), error=error, cause=cause,
                            unreadable=tuple(self.unreadable)) for t, p in self.peers.items()}
 
@@ -131,7 +133,8 @@ def read_copies(patterns: Sequence[str], targets: Sequence[str],
         return found
     parents = inherited_paths()
     mine = [p for p in paths if not parents or os.path.realpath(p) not in parents]
-    found.left = [p for p in paths if p not in set(mine)]
+    chosen = set(mine)
+    found.left = [p for p in paths if p not in chosen]
     return gather(found, mine, targets, ops, window, statistic, at, expected, host, note)
 
 
