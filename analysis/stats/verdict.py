@@ -172,7 +172,6 @@ def decide(target: str, own: float | None, reading: Reading | None, now: float,
     v.source = reading.source
     if reading.error is not None:
         v.source_error = reading.error
-        v.skipped = len(reading.unreadable)
         if beside and trouble is not None and reading.cause is not None:
             v.word = FILESYSTEM
             v.reason = (f"the fleet's copies on {target}'s filesystem cannot be read "
