@@ -146,6 +146,7 @@ def describe_config(config: Config, environ: Mapping[str, str] = os.environ, *,
                     nodes: int = 1) -> list[str]:
     """A short human summary of a valid configuration, with the targets' footprint on
     `nodes` nodes."""
+    from slowdown.analysis.config.fleet_checks import copies_warnings
     from slowdown.probe.footprint import describe_footprint, footprint
 
     if config.source is not None:
@@ -200,6 +201,7 @@ def describe_config(config: Config, environ: Mapping[str, str] = os.environ, *,
                      f"{format_size(total_bytes)} and {total_inodes:,} inodes")
     names = ", ".join(rule.name for rule in config.alerts)
     lines.append(f"alerts         {len(config.alerts)}" + (f" ({names})" if names else ""))
+    lines += [f"warning: {line}" for line in copies_warnings(config)]
     lines.append("configuration OK")
     return lines
 

@@ -146,8 +146,13 @@ def test_a_fleet_source_that_cannot_be_read_gives_unknown_with_its_reason(tmp_pa
 
     config.write_text(config.read_text().replace(f"{shared}/*.db", f"{tmp_path}/gone/*.db"))
     v = verdict_json(config)
-    assert v["verdict"] == "unknown" and v["reason"] == f"{tmp_path}/gone/*.db: no such database"
+    assert v["verdict"] == "unknown" and v["reason"] == (
+        f"{tmp_path}/gone/*.db: cannot read {tmp_path}/gone: No such file or directory (ENOENT)")
     assert show(config).split()[-1] == "unknown"
+    config.write_text(config.read_text().replace(f"{tmp_path}/gone/*.db", f"{shared}/*.sqlite"))
+    v = verdict_json(config)
+    assert v["verdict"] == "unknown" and v["reason"] == (
+        f"{shared}/*.sqlite: no file matches in {shared}")
 
 
 def test_a_read_only_shared_directory_is_read_without_writing_anything(tmp_path):

@@ -8,7 +8,7 @@ never part of one. Unknown keys are mistakes too (with the closest known key sug
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -124,7 +124,7 @@ class _Checker(_AlertChecks):
             self.error(("publish", "dir"), f"the copy {publish.dir / f'{host}.db'} would be "
                        "the database itself; publish to another directory")
         alerts = self.alerts(data, self.target_names)
-        fleet = self.fleet(data, windows, statistics)
+        fleet = self.fleet(data, windows, statistics, targets)
         if self.errors:
             return None
         return Config(
@@ -299,11 +299,12 @@ class _Checker(_AlertChecks):
             return None
         return PublishConfig(dir=directory, every=every)
 
-    def fleet(self, data: Mapping[str, Any], windows: Any, statistics: Any
-              ) -> FleetConfig | None:
+    def fleet(self, data: Mapping[str, Any], windows: Any, statistics: Any,
+              targets: Sequence[Target] = ()) -> FleetConfig | None:
         """[fleet]: one source of the other nodes' slowdowns (a Prometheus URL or globs of
         published databases) and the verdict's thresholds; the compared slowdown defaults
-        to the shortest window and the first statistic (what Prometheus is given)."""
+        to the shortest window and the first statistic (what Prometheus is given). It keeps
+        the targets' paths, to tell copies that lie on a probed filesystem."""
         table = self.table(data, "fleet", ())
         if table is None:
             return None
@@ -331,7 +332,8 @@ class _Checker(_AlertChecks):
             return None
         return FleetConfig(prometheus=prometheus, databases=databases, window=window,
                            statistic=statistic, slow=slow, share=share, min_peers=min_peers,
-                           stale=stale, timeout=timeout)
+                           stale=stale, timeout=timeout,
+                           probed=tuple((t.name, str(t.path)) for t in targets))
 
 
 def _globs(value: object) -> tuple[str, ...]:

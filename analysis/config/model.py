@@ -213,7 +213,10 @@ class FleetConfig:
     share: float = DEFAULT_SHARE  # "filesystem": at least this share of fresh peers slow
     min_peers: int = DEFAULT_MIN_PEERS  # fewer fresh peers with numbers: "unknown"
     stale: float = DEFAULT_STALE  # a peer whose newest number is older is not counted
-    timeout: float = 2.0  # seconds a Prometheus query may take
+    timeout: float = 2.0  # seconds a Prometheus query, or reading the databases, may take
+    # This node's targets (name, path): copies beside one of them that cannot be read while
+    # its ops fail are the outage itself (stats/verdict.py). Filled from [[target]].
+    probed: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)

@@ -3,9 +3,12 @@ nodes (its HTTP API) or the databases the nodes publish to a shared directory.
 
 Both answer per target with a :class:`verdict.Reading`, and neither raises on a fault of the
 fleet: a Prometheus that does not answer in ``timeout`` seconds, answers an error or
-something that is not its API, a glob that names no file, files that cannot be read, all
-come back as a reading with its reason (or the files named as unreadable), so the verdict is
-"unknown" and says why. Requests use the standard library with a timeout; no shell.
+something that is not its API, a glob that names no file, a directory that cannot be read
+(with its errno), files that cannot be read, copies not read within ``timeout`` seconds (a
+hung mount), all come back as a reading with its reason (or the files named as unreadable),
+so the verdict is "unknown" and says why, or "filesystem" where the copies lie on the very
+filesystem this node sees fail (``verdict.decide``). Requests use the standard library with
+a timeout; the copies are read in a child process with a deadline; no shell.
 """
 
 from __future__ import annotations
@@ -13,7 +16,6 @@ from __future__ import annotations
 import contextlib
 import json
 import math
-import sqlite3
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -22,6 +24,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from slowdown.analysis.stats.baseline import BaselineBook
+from slowdown.analysis.stats.fleet_copies import copies_beside, gather, read_copies
 from slowdown.analysis.stats.slowdown import target_slowdowns
 from slowdown.analysis.stats.verdict import (
     DEFAULT_MIN_PEERS,
@@ -34,11 +37,13 @@ from slowdown.analysis.stats.verdict import (
     Verdict,
     decide,
     node_context,
+    trouble_of,
 )
-from slowdown.analysis.store import Selection, Store, StoreError, expand_paths
-from slowdown.analysis.store.records import MINUTE
+from slowdown.analysis.store import Store
+from slowdown.analysis.store.bounded import Unanswered, call_bounded
 from slowdown.analysis.units import format_duration
 
+DEFAULT_TIMEOUT = 2.0  # seconds the fleet's source may take: `slowdown` answers within 3 s
 RECENT = "1h"  # how far back Prometheus is asked for the hosts it knows (stale ones included)
 
 
@@ -117,61 +122,25 @@ def prometheus_readings(url: str, targets: Sequence[str], window: float, statist
 
 def database_readings(patterns: Sequence[str], targets: Sequence[str],
                       ops: Mapping[str, Sequence[str]], window: float, statistic: str,
-                      at: float, expected: str = "same", host: str | None = None
-                      ) -> dict[str, Reading]:
+                      at: float, expected: str = "same", host: str | None = None,
+                      timeout: float = DEFAULT_TIMEOUT) -> dict[str, Reading]:
     """Each target's peers from node databases (copies published to a shared directory):
     every host of every file, its slowdown over the window ending with its newest minute at
     or before ``at``; ``at`` of a peer is the end of that minute. ``host`` (this node, whose
-    own file the glob may name) is not read."""
+    own file the glob may name) is not read. The files are read in a child process within
+    ``timeout`` seconds (``store.bounded``): a hung mount gives "timed out after 2 s"."""
     source = "databases " + " ".join(patterns)
     try:
-        paths = expand_paths(patterns)
-    except StoreError as exc:
-        return {t: Reading(source, error=str(exc)) for t in targets}
-    peers: dict[str, list[Peer]] = {t: [] for t in targets}
-    unreadable: list[str] = []
-    for path in paths:
-        try:
-            store = Store(path, readonly=True)
-        except (StoreError, sqlite3.Error) as exc:
-            unreadable.append(f"{path}: {exc}")
-            continue
-        try:
-            for target, peer in _file_peers(store, targets, ops, window, statistic, at,
-                                            expected, host):
-                peers[target].append(peer)
-        except (StoreError, sqlite3.Error) as exc:
-            unreadable.append(f"{path}: {exc}")
-        finally:
-            store.close()
-    return {t: Reading(source, tuple(peers[t]), unreadable=tuple(unreadable)) for t in targets}
-
-
-def _file_peers(store: Store, targets: Sequence[str], ops: Mapping[str, Sequence[str]],
-                window: float, statistic: str, at: float, expected: str, me: str | None
-                ) -> list[tuple[str, Peer]]:
-    found: list[tuple[str, Peer]] = []
-    series = store.series()
-    hosts = sorted({h for h, t, _ in series if t in targets and h != me})
-    if not hosts:
-        return found
-    book = BaselineBook([store], expected)
-    for host in hosts:
-        for target in targets:
-            here = [o for h, t, o in series if h == host and t == target]
-            if not here:
-                continue
-            newest = store.latest_start(Selection(hosts=(host,), targets=(target,),
-                                                  end=int(at)))
-            if newest is None:
-                found.append((target, Peer(host, None, None)))
-                continue
-            end = float(min(newest + MINUTE, at))
-            wanted = [o for o in ops.get(target, here) if o in here] or here
-            result = target_slowdowns([store], book, [target], {target: wanted}, [window],
-                                      statistic, end, hosts=(host,))
-            found.append((target, Peer(host, result[target][0].value, end)))
-    return found
+        found = call_bounded(source, lambda note: read_copies(
+            patterns, targets, ops, window, statistic, at, expected, host, note), timeout)
+    except Unanswered as exc:
+        cause = f"timed out after {timeout:g} s" if exc.timed_out else None
+        return {t: Reading(source, error=f"{' '.join(patterns)}: {exc}", cause=cause)
+                for t in targets}
+    if found.left:  # open here already (this process's own database): read here
+        gather(found, found.left, targets, ops, window, statistic, at, expected, host,
+               lambda text: None)
+    return found.readings(source)
 
 
 # -- the verdicts ---------------------------------------------------------------------------
@@ -184,6 +153,7 @@ class FleetSettings(Thresholds, Protocol):
     window: float
     statistic: str
     timeout: float
+    probed: tuple[tuple[str, str], ...]  # this node's targets: (name, path)
 
 
 def readings(fleet: FleetSettings, targets: Sequence[str], ops: Mapping[str, Sequence[str]],
@@ -194,7 +164,7 @@ def readings(fleet: FleetSettings, targets: Sequence[str], ops: Mapping[str, Seq
         return prometheus_readings(fleet.prometheus, targets, fleet.window, fleet.statistic,
                                    at, fleet.timeout)
     return database_readings(fleet.databases, targets, ops, fleet.window, fleet.statistic, at,
-                             expected, host)
+                             expected, host, fleet.timeout)
 
 
 def fleet_verdicts(fleet: FleetSettings | None, stores: Sequence[Store], book: BaselineBook,
@@ -210,8 +180,11 @@ def fleet_verdicts(fleet: FleetSettings | None, stores: Sequence[Store], book: B
                            now, hosts=(host,), live_stuck=live_stuck)
     said = readings(fleet, targets, ops, now, book.mode, host) if fleet is not None else {}
     context = node_context(stores, host, now)
+    failed = any(r.cause is not None for r in said.values())  # only then: where they lie
+    beside = copies_beside(settings.databases, settings.probed) if failed else {}
     return {t: decide(t, own[t][0].value, said.get(t), now, settings, host=host,
-                      window=settings.window, statistic=settings.statistic, context=context)
+                      window=settings.window, statistic=settings.statistic, context=context,
+                      trouble=trouble_of(own[t][0], settings.slow), beside=t in beside)
             for t in targets}
 
 
@@ -227,7 +200,8 @@ class _Unconfigured:
     share: float = DEFAULT_SHARE
     min_peers: int = DEFAULT_MIN_PEERS
     stale: float = DEFAULT_STALE
-    timeout: float = 2.0
+    timeout: float = DEFAULT_TIMEOUT
+    probed: tuple[tuple[str, str], ...] = ()
 
 
 UNCONFIGURED = _Unconfigured()

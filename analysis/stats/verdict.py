@@ -6,6 +6,9 @@ its reason (no fleet data, too few fresh peers, a source that did not answer), n
 guess. The words, for one target:
 
 - ``filesystem``: this node is slow and at least ``share`` of the fresh peers are slow too;
+  or the fleet's copies, which lie on the target's filesystem, cannot be read for that
+  filesystem's fault (an errno such as ENOTCONN or EIO, or a read that hung) while this
+  node's own ops there fail, are stuck or are slow: the outage itself, not a lack of data;
 - ``node``: this node is slow and fewer of them are (its CPU, memory, network or filesystem
   client: the node's owner);
 - ``ok``: this node is not slow (the peers' numbers are still given);
@@ -27,10 +30,13 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from slowdown.analysis.store import Selection, Store
 from slowdown.analysis.store.records import minute_of
+
+if TYPE_CHECKING:
+    from slowdown.analysis.stats.slowdown import TargetSlowdown
 
 FILESYSTEM, NODE, OK, UNKNOWN = "filesystem", "node", "ok", "unknown"
 WORDS = (FILESYSTEM, NODE, OK, UNKNOWN)
@@ -78,6 +84,9 @@ class Reading:
     peers: tuple[Peer, ...] = ()
     error: str | None = None  # the source did not answer: the one-line reason
     unreadable: tuple[str, ...] = ()  # files left out (the databases source)
+    # Of an error, when the copies' filesystem failed: its errno's name ("ENOTCONN") or
+    # "timed out after 2 s"; None for a path that is wrong (no such file, no permission).
+    cause: str | None = None
 
 
 @dataclass
@@ -101,6 +110,7 @@ class Verdict:
     stale_hosts: list[str] = field(default_factory=list)
     slow_hosts: list[str] = field(default_factory=list)
     context: dict[str, float] = field(default_factory=dict)  # this node's load1, cpu, memory
+    source_error: str | None = None  # why the source did not answer, in full
 
     @property
     def peer_threshold(self) -> float:
@@ -140,14 +150,19 @@ class Verdict:
             "peers": self.peers, "slow_peers": self.slow, "stale_peers": self.stale,
             "skipped_peers": self.skipped, "slow_hosts": self.slow_hosts,
             "stale_hosts": self.stale_hosts, "node": self.context,
+            "source_error": self.source_error,
         }
 
 
 def decide(target: str, own: float | None, reading: Reading | None, now: float,
            thresholds: Thresholds, *, host: str, window: float, statistic: str,
-           context: Mapping[str, float] | None = None) -> Verdict:
+           context: Mapping[str, float] | None = None, trouble: str | None = None,
+           beside: bool = False) -> Verdict:
     """The verdict on ``target`` for this node (``host``, slowdown ``own``) from the peers of
-    ``reading`` (None: no fleet source configured)."""
+    ``reading`` (None: no fleet source configured). ``beside``: the fleet's copies lie on
+    the target's filesystem; ``trouble``: how this node's ops there fail (``trouble_of``).
+    Both together, with copies that cannot be read for the filesystem's fault, are the
+    outage itself: "filesystem"."""
     v = Verdict(target, UNKNOWN, "", own, host, window, statistic, thresholds.slow,
                 thresholds.share, context=dict(context or {}))
     bar = v.peer_threshold
@@ -156,7 +171,13 @@ def decide(target: str, own: float | None, reading: Reading | None, now: float,
         return v
     v.source = reading.source
     if reading.error is not None:
-        v.reason = reading.error
+        v.source_error = reading.error
+        if beside and trouble is not None and reading.cause is not None:
+            v.word = FILESYSTEM
+            v.reason = (f"the fleet's copies on {target}'s filesystem cannot be read "
+                        f"({reading.cause}), and this node's ops there {trouble}")
+        else:
+            v.reason = reading.error
         return v
     v.skipped = len(reading.unreadable)
     for peer in reading.peers:
@@ -189,6 +210,22 @@ def decide(target: str, own: float | None, reading: Reading | None, now: float,
     return v
 
 
+def trouble_of(ts: TargetSlowdown | None, slow: float) -> str | None:
+    """How this node sees its own ops on a target fail in ``ts``'s window: "fail" (some
+    failed), "are stuck" (one in flight raises the window), "are slow" (a slowdown of at
+    least ``slow``); None when it sees no failure."""
+    if ts is None:
+        return None
+    if any(o.errors for o in ts.ops):
+        return "fail"
+    if any(o.observed.raised for o in ts.ops):
+        return "are stuck"
+    value = ts.value
+    if value is not None and not math.isnan(value) and value >= slow:
+        return "are slow"
+    return None
+
+
 def node_context(stores: Sequence[Store], host: str, now: float) -> dict[str, float]:
     """This node's newest load1, cpu (%) and memory (%) of the last minutes before ``now``;
     empty when none was recorded (an older one is not this node's state now)."""
@@ -213,4 +250,4 @@ def _ratio(value: float | None) -> str:
 
 
 __all__ = ["FILESYSTEM", "NODE", "OK", "UNKNOWN", "WORDS", "Peer", "Reading", "Thresholds",
-           "Verdict", "decide", "node_context"]
+           "Verdict", "decide", "node_context", "trouble_of"]
