@@ -109,7 +109,17 @@ def state_of(service: Any, now: float, stopped: bool = False) -> dict:
                 "in_flight": [{"op": op, "age": age, "pid": pid}
                               for op, age, pid in r.in_flight()],
                 "last": r.status.last,
+                "space": r.status.space,
             }
             for r in service.runners
         },
     }
+
+
+def probes_state(runners: Any) -> dict:
+    """What readers of the database (without the live state: a published copy, a later
+    look) learn of each target's probing at every minute's write: its filesystem's free
+    space and inodes, and each op's last error (``{"err", "msg", "at"}``)."""
+    return {r.name: {"space": r.status.space,
+                     "errors": {op: v for op, v in r.status.last.items() if "err" in v}}
+            for r in runners}

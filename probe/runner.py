@@ -149,6 +149,7 @@ class TargetStatus:
     ticks: int = 0
     skipped: int = 0
     errors: int = 0
+    space: dict | None = None  # the filesystem's free space and inodes, and when seen
 
 
 class TargetRunner:
@@ -314,6 +315,8 @@ class TargetRunner:
                 worker.in_flight = None
                 self.status.last_end = wall
                 self._note_mode(message.get("mode"))
+                if isinstance(message.get("space"), dict):
+                    self.status.space = {**message["space"], "at": wall}
                 if worker.abandoned:
                     worker.stop()  # its late results are in; let it go
             elif message.get("exit"):

@@ -37,8 +37,8 @@ from slowdown.analysis.alerts import ServiceAlerts
 from slowdown.analysis.config import Config
 from slowdown.analysis.stats import baseline
 from slowdown.analysis.store import Store, retention
+from slowdown.analysis.store.landing import PROBES, Landing
 from slowdown.analysis.store.landing import STATE_KEY as LANDING
-from slowdown.analysis.store.landing import Landing
 from slowdown.analysis.store.live import live_path
 from slowdown.analysis.store.records import MINUTE, minute_of
 from slowdown.probe.database_claim import (
@@ -50,7 +50,7 @@ from slowdown.probe.database_claim import (
     release,
 )
 from slowdown.probe.exports import Exports
-from slowdown.probe.live_file import LiveFile, state_of
+from slowdown.probe.live_file import LiveFile, probes_state, state_of
 from slowdown.probe.node import NodeSampler
 from slowdown.probe.notify import MigrationProgress, Notifier
 from slowdown.probe.recorder import CLOCK_STEP, Recorder
@@ -178,7 +178,8 @@ class Service:
         file no longer there (what it wrote checkpointed into that file first, moved away),
         once this process's other connections to it have closed."""
         landing = self.landing.closed(now)  # as it is once this write lands
-        state = {LANDING: landing.json()} if landing.episodes else None
+        state = {PROBES: probes_state(self.runners),
+                 **({LANDING: landing.json()} if landing.episodes else {})}
         ok = self.recorder.flush(self.store, now, everything=everything, state=state)
         if ok:
             return True, False

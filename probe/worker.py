@@ -14,6 +14,10 @@ stdout, one line per finished op, in the fixed order of ``OPS``, and one at the 
     {"tick": N, "op": "md-read", "err": "EIO", "msg": "...", "lat": 51.2, "at": 1763762400.6}
     {"tick": N, "end": true, "mode": "direct"}
 
+Once a minute the end line also carries the workspace filesystem's free space and inodes
+(``"space": {"bytes_free", "bytes", "files_free", "files"}``): a full filesystem fails every
+user's write while the probe, which only overwrites blocks it has, would read healthy.
+
 ``at`` is the wall time the op returned: the service files a result under that minute. A
 failed op carries ``lat`` too when it was attempted (how long the call took to fail): an op
 that hung and then failed (ENOTCONN after a server's ping-timeout) was that slow. A
@@ -54,6 +58,7 @@ DATA_READ, DATA_WRITE = DATA_OPS
 
 Emit = Callable[[dict[str, Any]], None]
 HOLD_ANSWERS = 0.25  # seconds a run's answers are held to go out in one write
+SPACE_EVERY = 60.0  # seconds between two looks at the workspace filesystem's free space
 
 
 class Abandoned(Exception):
@@ -87,6 +92,26 @@ class Probes:
         self.data = None
         self.md = None
         self.claim = WorkspaceClaim.from_environ(workspace)
+        self._space_at = -SPACE_EVERY  # monotonic time of the last statvfs
+
+    def space(self) -> dict[str, int | None] | None:
+        """The workspace filesystem's free and total bytes and inodes, as an unprivileged
+        user may use them (``statvfs``), at most once every ``SPACE_EVERY`` seconds, else
+        None. Taken before the run's first op, outside the timed calls: a hang here shows as
+        that op stuck. A count the filesystem does not know is None (ceph-fuse answers -1
+        free inodes; some say 0 of 0)."""
+        now = time.monotonic()
+        if now - self._space_at < SPACE_EVERY:
+            return None
+        self._space_at = now
+        try:
+            st = os.statvfs(self.workspace)
+        except OSError:
+            return None
+        known = st.f_files > 0 and st.f_favail <= st.f_files
+        return {"bytes_free": st.f_bavail * st.f_frsize, "bytes": st.f_blocks * st.f_frsize,
+                "files_free": st.f_favail if known else None,
+                "files": st.f_files if known else None}
 
     def _open(self) -> None:
         from slowdown.probe.data_probe import DataProbe
@@ -124,6 +149,7 @@ class Probes:
                 emit({"tick": tick, "op": op, **failure, **(waited if n == 0 else {})})
             emit({"tick": tick, "end": True, "mode": None})
             return
+        space = self.space()
         reported: set[str] = set()
 
         def report(message: dict[str, Any]) -> None:
@@ -182,7 +208,8 @@ class Probes:
             for op in OPS:
                 if op not in reported:
                     emit({"tick": tick, "op": op, "skip": True})
-        emit({"tick": tick, "end": True, "mode": self.data.mode if self.data else None})
+        emit({"tick": tick, "end": True, "mode": self.data.mode if self.data else None,
+              **({"space": space} if space is not None else {})})
 
     def _forget_if_gone(self) -> None:
         """After an md op found no file: if the workspace itself is gone, let go of the open

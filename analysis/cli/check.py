@@ -13,6 +13,8 @@ from slowdown.analysis.cli.output import (
     collecting_text,
     fmt_ratio,
     landing_notes,
+    last_errors,
+    space_notes,
     state_notes,
 )
 from slowdown.analysis.stats.slowdown import target_slowdowns
@@ -76,7 +78,8 @@ Exit status (the monitoring-plugin convention):
   1  WARNING   a slowdown above --warning, or an op's error rate (failed ops
                over attempts in the window) above --errors-warning
   2  CRITICAL  a slowdown above --critical, or an error rate above
-               --errors-critical, or records that are not reaching the
+               --errors-critical, or a target's filesystem at least --full
+               full (bytes or inodes), or records that are not reaching the
                database (deleted, replaced, full, read-only: "records are
                not reaching PATH since ..."), or did not while it was
                deleted or replaced within the window
@@ -117,12 +120,15 @@ class PluginCommand(click.Command):
 @click.option("--errors-critical", "errors_critical", default=None, metavar="RATE",
               help="CRITICAL above this error rate of an op (default: from error_rate "
                    "alert rules of the window, else 25%).")
+@click.option("--full", "full", default="99%", show_default=True, metavar="RATE",
+              help="CRITICAL when a target's filesystem is this full, in bytes or inodes, "
+                   "as its service last saw it (once a minute).")
 @click.option("--stale", default=None, metavar="DURATION",
               help="UNKNOWN when the newest record is older than this (default: 3m, plus "
                    "how often copies are made when reading published copies).")
 @click.pass_context
 def check(ctx, dbs, targets, hosts, ops, at, window, statistic, warning, critical,
-          errors_warning, errors_critical, stale):
+          errors_warning, errors_critical, full, stale):
     """Monitoring-plugin mode: exit 0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN, with perfdata."""
     try:
         span = cli.parse_duration_option(window, "--window")
@@ -133,6 +139,7 @@ def check(ctx, dbs, targets, hosts, ops, at, window, statistic, warning, critica
         stat = cli.parse_statistic_option(statistic) if statistic else reader.config.statistics[0]
         errors_warn = parse_rate(errors_warning, "--errors-warning")
         errors_crit = parse_rate(errors_critical, "--errors-critical")
+        full_level = parse_rate(full, "--full")
     except click.ClickException as exc:
         click.echo(f"SLOWDOWN UNKNOWN - {exc.format_message()}")
         sys.exit(UNKNOWN)
@@ -187,10 +194,17 @@ def check(ctx, dbs, targets, hosts, ops, at, window, statistic, warning, critica
             rate, op = failing.error_rate, failing.op
             levels.append(_level(rate, errors_warn, errors_crit))
             if rate > 0:
+                met = last_errors(reader.services(), target, op)
                 text.append(f"{_percent(rate)} of {op} failed ({round(failing.errors)} of "
-                            f"{round(failing.errors + failing.samples)})")
+                            f"{round(failing.errors + failing.samples)}"
+                            f"{': ' + ', '.join(met) if met else ''})")
             perf.append(f"'{target} errors'={rate * 100:.1f}%;{errors_warn * 100:g};"
                         f"{errors_crit * 100:g};0;100")
+        full = space_notes([s for s in reader.services() if target in s.targets], target,
+                           full_level)
+        if full:  # every user's write fails there: the probe's overwrites may not show it
+            levels.append(CRITICAL)
+            text += full
         parts.append(f"{target} {', '.join(text)}")
     for target, ts in collecting.items():
         levels.append(UNKNOWN)

@@ -145,3 +145,68 @@ def landing_notes(services: Sequence[Any], start: float, end: float, now: float,
                              f"{format_clock(episode['to'], now)} ({reason}); they are in the "
                              "file at that path now")
     return notes
+
+
+FULL = 0.99  # a probed filesystem this full (bytes or inodes) is said to be full
+
+
+def space_notes(services: Sequence[Any], target: str, full: float = FULL) -> list[str]:
+    """``filesystem 99.6% full (12 MiB free)`` or ``inodes 99.9% used`` for a target whose
+    filesystem is at least ``full`` used, as its services last saw it (once a minute): every
+    user's write fails there, while the probe, which only overwrites what it has, may not."""
+    from slowdown.analysis.units import format_size
+
+    notes = []
+    for service in services:
+        space = (getattr(service, "probes", {}).get(target) or {}).get("space") or {}
+        used = _used(space.get("bytes_free"), space.get("bytes"))
+        if used is not None and used >= full:
+            notes.append(f"filesystem {_percent(used)} full ({format_size(space['bytes_free'])} "
+                         "free)")
+        used = _used(space.get("files_free"), space.get("files"))
+        if used is not None and used >= full:
+            notes.append(f"inodes {_percent(used)} used ({space['files_free']} free)")
+    return sorted(set(notes))
+
+
+def _used(free: object, total: object) -> float | None:
+    ok = all(isinstance(v, int) and not isinstance(v, bool) for v in (free, total))
+    return 1.0 - free / total if ok and total > 0 else None  # type: ignore[operator]
+
+
+def failing_note(windows: Sequence[Any], services: Sequence[Any], target: str,
+                 now: float, level: float = 0.05) -> str | None:
+    """``failing: 100% of ops (ESHUTDOWN)``: the share of the target's ops that failed in the
+    shortest window (``stats.slowdown.TargetSlowdown``), when at least ``level``, with the
+    errors the ops last met there (the worst state a filesystem can be in: the slowdown
+    alone may show nothing, no op having returned)."""
+    if not windows:
+        return None
+    shortest = min(windows, key=lambda ts: ts.window)
+    errors = sum(o.errors for o in shortest.ops)
+    attempts = errors + sum(o.samples for o in shortest.ops)
+    if not attempts or errors / attempts < level:
+        return None
+    names = last_errors(services, target, since=now - shortest.window - 60)
+    rate = errors / attempts
+    return f"failing: {_percent(rate)} of ops" + (f" ({', '.join(names)})" if names else "")
+
+
+def _percent(rate: float) -> str:
+    """99.6%, 100%: rounded down, so never 100 % while something is left."""
+    return "100%" if rate >= 1 else f"{math.floor(rate * 1000) / 10:g}%"
+
+
+def last_errors(services: Sequence[Any], target: str, op: str | None = None,
+                since: float | None = None) -> list[str]:
+    """The errors (``ENOTCONN``) the target's ops (or one op) last met, as their services
+    said, those met at ``since`` or later."""
+    names = set()
+    for service in services:
+        errors = (getattr(service, "probes", {}).get(target) or {}).get("errors") or {}
+        for name, e in errors.items():
+            at = e.get("at") if isinstance(e, dict) else None
+            if (op is None or name == op) and isinstance(at, (int, float)) \
+                    and (since is None or at >= since):
+                names.add(str(e.get("err")))
+    return sorted(names)

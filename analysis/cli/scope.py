@@ -18,8 +18,8 @@ from slowdown.analysis.config import Config, ConfigError, load
 from slowdown.analysis.stats.baseline import BaselineBook
 from slowdown.analysis.stats.window import quantile_of
 from slowdown.analysis.store import Selection, Store, StoreError, expand_paths
+from slowdown.analysis.store.landing import PROBES, Landing
 from slowdown.analysis.store.landing import STATE_KEY as LANDING
-from slowdown.analysis.store.landing import Landing
 from slowdown.analysis.store.live import read_live
 from slowdown.analysis.store.merged import Merged, merged
 from slowdown.analysis.store.records import MINUTE, minute_of
@@ -240,6 +240,7 @@ class Reader:
             newest = {t: _newest(store, t) for t in recorded}
             mark = None if live else _published(store)
             landing = Landing.of(live.get("records") if live else _state(store, LANDING))
+            probes = _probes(live) if live else _state(store, PROBES)
             state = (STOPPED if not running else
                      RUNNING if RUNNING in targets.values() else COLLECTING)
             self._services.append(ServiceState(
@@ -253,7 +254,8 @@ class Reader:
                 targets=dict(sorted(targets.items())), newest=newest, live=live,
                 published=mark.get("at") if mark else None,
                 published_every=_seconds(mark.get("every")) if mark else None,
-                landing=landing, pending=(live or {}).get("pending_minutes") if running else None))
+                landing=landing, pending=(live or {}).get("pending_minutes") if running else None,
+                probes=probes if isinstance(probes, dict) else {}))
         return self._services
 
     def target_states(self) -> dict[str, TargetState]:
@@ -324,6 +326,9 @@ class ServiceState:
     published_every: float | None = None  # and how often such copies are made, if said
     landing: Landing | None = None  # whether its records reach the file (store/landing.py)
     pending: int | None = None  # minutes its running service keeps in memory
+    # Per target: its filesystem's free space ("space") and each op's last error ("errors"),
+    # as the live state or the file's state says (probe/live_file.py, ``probes_state``).
+    probes: dict = field(default_factory=dict)
 
     def json(self, now: float) -> dict:
         return {
@@ -338,6 +343,7 @@ class ServiceState:
             "targets": self.targets,
             "published": self.published,
             "records": self.landing.json() if self.landing else None,
+            "probes": self.probes,
         }
 
 
@@ -403,6 +409,14 @@ def _published(store: Store) -> dict | None:
     """The mark of a copy published to a shared directory (probe/publish.py), or None."""
     mark = _state(store, "published")
     return mark if isinstance(mark, dict) else None
+
+
+def _probes(live: dict) -> dict:
+    """``probes_state`` of a live state (probe/live_file.py)."""
+    return {t: {"space": info.get("space"),
+                "errors": {op: v for op, v in (info.get("last") or {}).items()
+                           if isinstance(v, dict) and "err" in v}}
+            for t, info in (live.get("targets") or {}).items() if isinstance(info, dict)}
 
 
 def _state(store: Store, key: str) -> object:

@@ -12,8 +12,11 @@ from slowdown.analysis.cli.output import (
     clean,
     collecting_text,
     dump_json,
+    failing_note,
     fmt_ratio,
     landing_notes,
+    last_errors,
+    space_notes,
     state_notes,
     table,
 )
@@ -106,6 +109,12 @@ def show_uptime(reader: Reader, results: dict[str, list[TargetSlowdown]], stat: 
                default=max(reader.config.windows, default=3600))
     end = minute_of(reader.now)
     merged = reader.merged(end - span, end)
+    lost = {}  # what the numbers alone do not say: records lost, a full or failing filesystem
+    for t in names:
+        services = [s for s in reader.services() if t in s.targets]
+        failing = failing_note(results.get(t) or [], services, t, reader.now)
+        lost[t] = [*landing_notes(services, reader.now - span, reader.now, reader.now),
+                   *space_notes(services, t), *([failing] if failing else [])]
     if as_json:
         doc = {
             "time": reader.now,
@@ -117,6 +126,7 @@ def show_uptime(reader: Reader, results: dict[str, list[TargetSlowdown]], stat: 
                 **({"found": bool(results.get(target))} if accuracy is not None else {}),
                 **({"service": states[target].json(reader.now)} if target in states else {}),
                 **({"verdict": verdicts[target].json()} if target in verdicts else {}),
+                "notes": lost[target],
             } for target in names],
         }
         if reader.at_now:
@@ -126,8 +136,6 @@ def show_uptime(reader: Reader, results: dict[str, list[TargetSlowdown]], stat: 
         return
     clock = format_clock(reader.now)
     stuck_targets = {t for t, _ in reader.live_stuck()}
-    lost = {t: landing_notes([s for s in reader.services() if t in s.targets],
-                             reader.now - span, reader.now, reader.now) for t in names}
     width = max(len(t) for t in names)
     for target in names:
         windows = results.get(target)
@@ -171,19 +179,26 @@ def show_uptime(reader: Reader, results: dict[str, list[TargetSlowdown]], stat: 
                     exp = o.expected
                     rows.append([target, o.op, format_duration(ts.window), format_latency(ob.value)
                                  + (" stuck" if ob.raised else ""), ci, ob.count,
+                                 _failed(o, last_errors(reader.services(), target, o.op)),
                                  format_latency(exp.value) if exp else "-",
                                  ("provisional" if exp and exp.provisional else
                                   ("baseline" if exp else "-")),
                                  fmt_ratio(o.value)])
         if rows:
             click.echo()
-            table(rows, ["target", "op", "window", stat, "95% ci", "n", "expected", "from",
-                         "slowdown"], right=(3, 5, 6, 8))
+            table(rows, ["target", "op", "window", stat, "95% ci", "n", "failed", "expected",
+                         "from", "slowdown"], right=(3, 5, 6, 7, 9))
         if verdicts:
             click.echo()
         for target, v in sorted(verdicts.items()):
             click.echo(f"verdict {target} ({v.host}, {v.statistic} over "
                        f"{format_duration(v.window)}): {v.text()}")
+
+
+def _failed(o, errors: list[str]) -> str:
+    """``12 ENOTCONN``: the op's failures in the window and the errors it last met."""
+    failed = round(o.errors)
+    return f"{failed} {', '.join(errors)}".strip() if failed else "0"
 
 
 def _window_json(ts: TargetSlowdown) -> dict:
@@ -197,6 +212,8 @@ def _window_json(ts: TargetSlowdown) -> dict:
             "op": o.op,
             "observed": clean(o.observed.value),
             "count": o.observed.count,
+            "errors": round(o.errors, 3),
+            "error_rate": clean(o.error_rate),
             "low": clean(o.observed.low),
             "high": clean(o.observed.high),
             "stuck": o.observed.stuck,

@@ -11,8 +11,10 @@ from slowdown.analysis.cli import scope as cli
 from slowdown.analysis.cli.options import read_options
 from slowdown.analysis.cli.output import (
     collecting_text,
+    failing_note,
     fmt_ratio,
     landing_notes,
+    space_notes,
     state_notes,
 )
 from slowdown.analysis.stats.slowdown import target_slowdowns
@@ -103,6 +105,9 @@ def _watch_frame(cli, reader, statistic, verdict_cache: dict | None = None) -> s
             parts = "  ".join(f"{format_duration(ts.window)} {fmt_ratio(ts.value):>5}"
                               for ts in results[target])
             notes = state_notes(state, reader.now, cluster) if state is not None else []
+            services = [s for s in reader.services() if target in s.targets]
+            failing = failing_note(results[target], services, target, reader.now)
+            notes += [*space_notes(services, target), *([failing] if failing else [])]
             word = f"  {verdicts[target].word}" if target in verdicts else ""
             lines.append(f"  {target:<{width}}  {parts}{word}"
                          + (f"  ({', '.join(notes)})" if notes else ""))

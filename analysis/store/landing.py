@@ -21,6 +21,7 @@ log = logging.getLogger(__name__)
 
 EPISODES = 5  # ended episodes kept for readers
 STATE_KEY = "landing"  # where the database's state table keeps it
+PROBES = "probes"  # the state key of each target's free space and last errors (live_file.py)
 
 
 @dataclass
