@@ -132,15 +132,19 @@ def _by_order(samples: list[dict[str, Any]], op: str) -> dict[str, dict[str, flo
     return out
 
 
+def _cold_counts(samples: list[dict[str, Any]]) -> dict[str, int]:
+    return {"ours": sum(1 for s in samples if sum(s["ours_blocks"].values()) > 0),
+            "md_workbench": sum(1 for s in samples if s["md_workbench_blocks"] > 0)}
+
+
 def _cold(samples: list[dict[str, Any]]) -> dict[str, Any]:
     """How many objects were cold: their step read blocks from storage (md-workbench: its
-    whole run; ours: any op, and per op)."""
+    whole run; ours: any op, and per op), in all and apart by which side went first."""
     ours_ops = {op: sum(1 for s in samples if s["ours_blocks"].get(op, 0) > 0)
                 for op in OPS.values()}
-    return {"objects": len(samples),
-            "ours": sum(1 for s in samples if sum(s["ours_blocks"].values()) > 0),
-            "ours_ops": ours_ops,
-            "md_workbench": sum(1 for s in samples if s["md_workbench_blocks"] > 0)}
+    return {"objects": len(samples), **_cold_counts(samples), "ours_ops": ours_ops,
+            "ours_first": _cold_counts([s for s in samples if s["ours_first"]]),
+            "md_workbench_first": _cold_counts([s for s in samples if not s["ours_first"]])}
 
 
 def compare_md(ws: Path, per_dir: int, size: int, n: int, interval: float,
@@ -177,7 +181,9 @@ def compare_md(ws: Path, per_dir: int, size: int, n: int, interval: float,
                     "ours_all": ours, "md_workbench_all": theirs,
                     "order": _by_order(samples, op)}
     return {"rows": rows, "command": " ".join(command), "cold": _cold(samples),
-            "ours_first": [s["ours_first"] for s in samples]}
+            "ours_first": [s["ours_first"] for s in samples],
+            "blocks": [{"ours": s["ours_blocks"], "md_workbench": s["md_workbench_blocks"]}
+                       for s in samples]}
 
 
 def compare_burst(ws: Path, per_dir: int, size: int, n: int, rounds: int) -> dict[str, Any]:
@@ -273,7 +279,10 @@ def order_lines(result: dict[str, Any]) -> list[str]:
     out += ["", f"Cold objects (the step read blocks from storage: getrusage inblock), of {n} "
             f"per side: ours {cold['ours']} ({100 * cold['ours'] / n:.0f} %; by op: {per_op}), "
             f"md-workbench {cold['md_workbench']} ({100 * cold['md_workbench'] / n:.0f} %, "
-            "its whole run)"]
+            "its whole run); in the pairs ours went first: ours "
+            f"{cold['ours_first']['ours']}, md-workbench {cold['ours_first']['md_workbench']}; "
+            f"in the others: ours {cold['md_workbench_first']['ours']}, md-workbench "
+            f"{cold['md_workbench_first']['md_workbench']}"]
     return out
 
 
