@@ -40,6 +40,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from bench.workspaces import filesystem_of
 from slowdown.probe.manifest import STATUS_NAME, read_status_full, write_status
 from slowdown.probe.md_content import SEED
 from slowdown.probe.md_layout import PoolLayout
@@ -180,7 +181,8 @@ def compare_md(ws: Path, per_dir: int, size: int, n: int, interval: float,
         rows[op] = {"ours": a, "md_workbench": b, "ratio": a / b, "n": n,
                     "ours_all": ours, "md_workbench_all": theirs,
                     "order": _by_order(samples, op)}
-    return {"rows": rows, "command": " ".join(command), "cold": _cold(samples),
+    return {"rows": rows, "command": " ".join(command), "filesystem": filesystem_of(ws),
+            "cold": _cold(samples),
             "ours_first": [s["ours_first"] for s in samples],
             "blocks": [{"ours": s["ours_blocks"], "md_workbench": s["md_workbench_blocks"]}
                        for s in samples]}
@@ -283,6 +285,9 @@ def order_lines(result: dict[str, Any]) -> list[str]:
             f"{cold['ours_first']['ours']}, md-workbench {cold['ours_first']['md_workbench']}; "
             f"in the others: ours {cold['md_workbench_first']['ours']}, md-workbench "
             f"{cold['md_workbench_first']['md_workbench']}"]
+    if "fuse" in result.get("filesystem", ""):
+        out.append("(On FUSE the reads from storage are the FUSE server's, a process of its "
+                   "own: none is counted to either side, so these counts say nothing there.)")
     return out
 
 
