@@ -286,8 +286,9 @@ def order_lines(result: dict[str, Any]) -> list[str]:
             f"in the others: ours {cold['md_workbench_first']['ours']}, md-workbench "
             f"{cold['md_workbench_first']['md_workbench']}"]
     if "fuse" in result.get("filesystem", ""):
-        out.append("(On FUSE the reads from storage are the FUSE server's, a process of its "
-                   "own: none is counted to either side, so these counts say nothing there.)")
+        out.append("(On FUSE the pool's reads from storage are the FUSE server's, a process "
+                   "of its own, and counted to neither side: what md-workbench's count holds "
+                   "there is its own start-up.)")
     return out
 
 
