@@ -53,6 +53,10 @@ class FioImportError(click.ClickException):
     exit_code = EXIT_BAD_INPUT
 
 
+def _warn(message: str) -> None:
+    click.echo(f"import-fio: {message}", err=True)
+
+
 def _host_offsets(values: tuple[str, ...]) -> dict[str, int]:
     offsets: dict[str, int] = {}
     for value in values:
@@ -212,18 +216,15 @@ def import_fio(files: tuple[Path, ...], interval_ms: int, weighted: bool,
     elif db is not None or host_name is not None or start is not None or merge_existing:
         raise click.UsageError("--db, --host, --start and --merge go with --into-db")
 
-    warnings: list[str] = []
     try:
         sources = open_sources(list(files), lat_unit=lat_unit, offset_ms=offset_ms or 0,
-                               host_offsets=offsets, warn=warnings.append)
+                               host_offsets=offsets, warn=_warn)
     except FioLogError as exc:
         raise FioImportError(str(exc)) from None
     histogram = sources[0].log.kind == "histogram"
     if offset_ms is None and histogram and target is None and not weighted:
         for source in sources:
             source.offset_ms += NOWEIGHT_OFFSET_MS
-    for message in warnings:
-        click.echo(f"import-fio: {message}", err=True)
     if target is None:
         if not mode_given and not histogram:
             weighted = False  # the default applies to histogram logs
@@ -234,7 +235,8 @@ def import_fio(files: tuple[Path, ...], interval_ms: int, weighted: bool,
             raise click.UsageError(str(exc)) from None
         advance, stop = _progress(progress, sum(s.size for s in sources))
         try:
-            rows = [row for done in merge(sources, series, workers=threads, progress=advance)
+            rows = [row for done in merge(sources, series, workers=threads, progress=advance,
+                                          warn=_warn)
                     for row in done]
         except FioLogError as exc:
             raise FioImportError(str(exc)) from None
@@ -275,7 +277,7 @@ def import_fio(files: tuple[Path, ...], interval_ms: int, weighted: bool,
     records = MinuteRecords(sources, target=target, start_ms=start_ms, host=host_of)
     advance, stop = _progress(progress, sum(s.size for s in sources))
     try:
-        for _ in merge(sources, records, workers=threads, progress=advance):
+        for _ in merge(sources, records, workers=threads, progress=advance, warn=_warn):
             pass
     except FioLogError as exc:
         raise FioImportError(str(exc)) from None
