@@ -195,6 +195,29 @@ def test_coarse_logs_agree_with_fiologparser(fio, fiologparser):
                         weighted=True)
 
 
+def test_help_says_which_columns_are_fiologparsers_and_they_are(fio, fiologparser):
+    """--help names the columns that differ from fiologparser_hist.py's; on a real run they
+    do, as it says, and the others agree within 0.8% (half a fine bin: 1/128 of a value at
+    most, and so for anything interpolated between two bin values)."""
+    text = " ".join(ours("--help").split())
+    assert "With --noweight, samples is the same and min, avg and max are within 0.8%." in text
+    assert ("Weighted (the default), avg and the percentiles still are, but samples, min and "
+            "max differ") in text
+    fine = fio.hist[:3]
+    close = ["avg", "median", "90%", "95%", "99%"]
+    weighted = list(zip(rows(ours(*fine)), rows(theirs(fiologparser, *fine))))
+    for x, y in weighted:
+        assert float(x["samples"]) <= float(y["samples"])  # theirs: every line in full
+        assert float(y["min"]) < float(x["min"]) and float(x["max"]) < float(y["max"])
+        assert all(abs(float(x[k]) / float(y[k]) - 1) < 0.008 for k in close), (x, y)
+    assert sum(float(y["samples"]) for _, y in weighted) > \
+        1.3 * sum(float(x["samples"]) for x, _ in weighted)
+    for x, y in zip(rows(ours("--noweight", *fine)),
+                    rows(theirs(fiologparser, "--noweight", *fine))):
+        assert x["samples"] == y["samples"]
+        assert all(abs(float(x[k]) / float(y[k]) - 1) < 0.008 for k in ["min", *close, "max"])
+
+
 def test_the_shared_sample_agrees_with_fiologparser(fiologparser):
     fine = sorted(SAMPLES.glob("h_clat_hist.*.log"))
     coarse = SAMPLES / "coarse3" / "h_clat_hist.1.log"
