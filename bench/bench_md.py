@@ -127,6 +127,8 @@ def _by_order(samples: list[dict[str, Any]], op: str) -> dict[str, dict[str, flo
     out = {}
     for name, ours_first in (("ours_first", True), ("md_workbench_first", False)):
         pick = [s for s in samples if s["ours_first"] == ours_first]
+        if not pick:  # one object per side: one order only
+            continue
         a = statistics.median(s["ours"][op] for s in pick)
         b = statistics.median(s["md_workbench"][op] for s in pick)
         out[name] = {"ours": a, "md_workbench": b, "ratio": a / b, "pairs": len(pick)}
@@ -271,6 +273,8 @@ def order_lines(result: dict[str, Any]) -> list[str]:
         parts = []
         for name, label in (("ours_first", "ours first"),
                             ("md_workbench_first", "md-workbench first")):
+            if name not in r["order"]:
+                continue
             o = r["order"][name]
             parts.append(f"{label} ({o['pairs']} pairs) {o['ours'] * 1e6:,.1f} / "
                          f"{o['md_workbench'] * 1e6:,.1f} us = {o['ratio']:.3f}")
