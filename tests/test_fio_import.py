@@ -511,12 +511,16 @@ def test_bad_histogram_logs_name_file_and_line(tmp_path, name, text, where, what
     assert not out.exists()
 
 
-def test_a_truncated_last_line_is_named(tmp_path):
+def test_a_truncated_last_line_is_named_and_left_out(tmp_path):
+    """A real fio log cut short: test_fio_real.py; here the line numbers past a block."""
     path = tmp_path / "h_clat_hist.1.log"
-    path.write_text(_hist_line(100) + "\n" + _hist_line(200)[:500])
-    result = run(path, code=2)
-    assert f"{path}:2: expected 1859 comma-separated fields, found 166 (the file ends in " \
-           "the middle of this line: truncated?)" in result.stderr
+    path.write_text("\n".join(_hist_line(t) for t in range(100, 200_001, 100)) + "\n"
+                    + _hist_line(200_100)[:500])
+    result = run("--noweight", "-i", 10**9, path)
+    assert result.stderr == (f"import-fio: {path}:2001: the file ends in the middle of this "
+                             "line (fio stopped while writing it?); this line is left out, "
+                             "read up to line 2000\n")
+    assert table(result.stdout)[0]["samples"] == "2000"
 
 
 def test_a_last_line_without_newline_is_still_read(tmp_path):

@@ -195,6 +195,29 @@ def test_coarse_logs_agree_with_fiologparser(fio, fiologparser):
                         weighted=True)
 
 
+def test_help_says_which_columns_are_fiologparsers_and_they_are(fio, fiologparser):
+    """--help names the columns that differ from fiologparser_hist.py's; on a real run they
+    do, as it says, and the others agree within 0.8% (half a fine bin: 1/128 of a value at
+    most, and so for anything interpolated between two bin values)."""
+    text = " ".join(ours("--help").split())
+    assert "With --noweight, samples is the same and min, avg and max are within 0.8%." in text
+    assert ("Weighted (the default), avg and the percentiles still are, but samples, min and "
+            "max differ") in text
+    fine = fio.hist[:3]
+    close = ["avg", "median", "90%", "95%", "99%"]
+    weighted = list(zip(rows(ours(*fine)), rows(theirs(fiologparser, *fine))))
+    for x, y in weighted:
+        assert float(x["samples"]) <= float(y["samples"])  # theirs: every line in full
+        assert float(y["min"]) < float(x["min"]) and float(x["max"]) < float(y["max"])
+        assert all(abs(float(x[k]) / float(y[k]) - 1) < 0.008 for k in close), (x, y)
+    assert sum(float(y["samples"]) for _, y in weighted) > \
+        1.3 * sum(float(x["samples"]) for x, _ in weighted)
+    for x, y in zip(rows(ours("--noweight", *fine)),
+                    rows(theirs(fiologparser, "--noweight", *fine))):
+        assert x["samples"] == y["samples"]
+        assert all(abs(float(x[k]) / float(y[k]) - 1) < 0.008 for k in ["min", *close, "max"])
+
+
 def test_the_shared_sample_agrees_with_fiologparser(fiologparser):
     fine = sorted(SAMPLES.glob("h_clat_hist.*.log"))
     coarse = SAMPLES / "coarse3" / "h_clat_hist.1.log"
@@ -300,3 +323,93 @@ def test_database_quantiles_match_exact_ones(fio, tmp_path):
         assert low * (1 - 0.019) <= hist.quantile(q) <= high * (1 + 0.019), q
         value = every[max(1, math.ceil(round(q * every.size, 9))) - 1] * 1e-9
         assert lat.quantile(q) == pytest.approx(value, rel=0.0109), q
+
+
+# -- logs cut short, logs of different bin counts -----------------------------------------------
+
+def ours_result(*args: object, code: int = 0):
+    result = runner().invoke(import_fio, [str(a) for a in args], catch_exceptions=False)
+    assert result.exit_code == code, (result.stdout, result.stderr)
+    return result
+
+
+def _lines(path: Path) -> list[bytes]:
+    """The lines of a log as fio wrote them, each with its newline."""
+    data = path.read_bytes()
+    assert data.endswith(b"\n")
+    return data.splitlines(keepends=True)
+
+
+def _cut_last(path: Path, out: Path) -> tuple[Path, int]:
+    """A copy of a log that ends in the middle of its last line, as a run killed while fio
+    wrote it leaves it; and the number of that line."""
+    lines = _lines(path)
+    out.write_bytes(b"".join(lines[:-1]) + lines[-1][:len(lines[-1]) // 2])
+    return out, len(lines)
+
+
+@pytest.mark.parametrize("kind", ["hist", "lat"])
+def test_a_log_cut_in_its_last_line_is_read_up_to_that_line(fio, tmp_path, kind):
+    source = getattr(fio, kind)[0]
+    cut, last = _cut_last(source, tmp_path / source.name)
+    whole = tmp_path / "whole" / source.name
+    whole.parent.mkdir()
+    whole.write_bytes(b"".join(_lines(source)[:-1]))
+    result = ours_result(cut)
+    assert result.stderr == (f"import-fio: {cut}:{last}: the file ends in the middle of this "
+                             "line (fio stopped while writing it?); this line is left out, "
+                             f"read up to line {last - 1}\n")
+    assert result.stdout == ours(whole)
+    db = tmp_path / "cut.db"
+    result = ours_result("--into-db", "cut", "--db", db, "--start", "@1795000000", cut)
+    assert f"{cut}:{last}: the file ends in the middle of this line" in result.stderr
+    with Store(db, readonly=True) as store:
+        count = store.aggregate(Selection(targets=("cut",))).histogram.count
+    kept = np.loadtxt(whole, delimiter=",", dtype=np.int64, ndmin=2)
+    assert count == (kept[:, 3:].sum() if kind == "hist" else len(kept))
+
+
+@pytest.mark.parametrize("kind", ["hist", "lat"])
+def test_a_log_cut_before_its_last_line_is_refused(fio, tmp_path, kind):
+    source = getattr(fio, kind)[0]
+    lines = _lines(source)
+    at = len(lines) // 2
+    torn = tmp_path / source.name
+    short = lines[at][:len(lines[at]) // 2] + b"\n"
+    torn.write_bytes(b"".join([*lines[:at], short, *lines[at + 1:]]))
+    out = tmp_path / "out.csv"
+    result = ours_result("-o", out, torn, code=2)
+    assert f"Error: {torn}:{at + 1}: expected " in result.stderr
+    assert "comma-separated fields" in result.stderr and not out.exists()
+
+
+def test_a_log_cut_in_its_first_line_is_skipped(fio, tmp_path):
+    """fio writes its logs through a stdio buffer: a run killed after the first 4 KiB of a
+    histogram log left less than one line of it."""
+    head = _lines(fio.hist[0])[0][:4096]
+    assert len(head) == 4096 and b"\n" not in head
+    cut = tmp_path / fio.hist[0].name
+    cut.write_bytes(head)
+    result = ours_result(cut, fio.hist[1])
+    assert result.stderr == (f"import-fio: {cut}:1: the file ends in the middle of this line "
+                             "(fio stopped while writing it?); it holds no whole line, "
+                             "skipped\n")
+    assert result.stdout == ours(fio.hist[1])
+    alone = ours_result(cut, code=2).stderr
+    assert alone.startswith(f"import-fio: {cut}:1: the file ends in the middle of this line")
+    assert "no samples: every file is empty or holds no whole line" in alone
+    junk = tmp_path / "junk.log"
+    junk.write_bytes(b"100, 0, 4096, 0, 0, 0, 0, not fio's")  # no newline, but not fio's
+    assert f"{junk}:1: expected a fio histogram log" in ours_result(junk, fio.hist[1],
+                                                                    code=2).stderr
+
+
+def test_logs_of_different_bin_counts_say_they_merge_at_the_coarsest(fio):
+    fine, coarse = fio.hist[:3], fio.hist[3]
+    result = ours_result(*fine, coarse)
+    assert result.stderr == (
+        "import-fio: logs of different bin counts merge at the coarsest, 232 bins "
+        f"(--log_hist_coarseness=3, as {coarse}): {fine[0]}, {fine[1]}, {fine[2]} (1856 bins, "
+        "--log_hist_coarseness=0; 8 of their bins in one) are read at that resolution\n")
+    assert ours_result(*fine).stderr == ""
+    assert ours_result(coarse).stderr == ""

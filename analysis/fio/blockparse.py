@@ -330,6 +330,9 @@ def parse_block(raw: RawBlock, columns: int, wanted: Sequence[int] | None,
     ``scratch`` (and ``wanted`` None) the matrix is the thread's SCRATCH memory, for a
     caller done with it before the thread's next parse.
     """
+    if raw.size == 0:  # no line: a last block that held only a line cut short
+        shape = (0, columns) if wanted is None else (len(wanted), 0)
+        return np.empty(shape, dtype=np.int64), None
     # At most one line per 3 * columns - 1 bytes (one digit a field, ", " between them);
     # pages of the output never written to are never touched.
     most = raw.size // (3 * columns - 1) + 1

@@ -9,14 +9,17 @@ A file must be in time order, as fio writes it (disorder among intervals still o
 harm); a line that falls into an interval already complete is an error.
 
 Guarantees: every non-blank line of every file reaches the consumer exactly once, each file's blocks
-in file order; a bad line stops the merge with ``FioLogError`` naming its file and line;
-the threads and files are released however the merge ends.
+in file order; a bad line stops the merge with ``FioLogError`` naming its file and line,
+except a file's last line when the file ends inside it (fio stopped while writing the log):
+that line is left out and named to ``warn``, and the lines before it are read. The threads
+and files are released however the merge ends.
 """
 
 from __future__ import annotations
 
 import math
 import os
+import warnings
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -27,7 +30,7 @@ from slowdown.analysis.fio import FioLogError
 from slowdown.analysis.fio.blockparse import BlockError
 from slowdown.analysis.fio.intervals import IntervalSeries
 from slowdown.analysis.fio.logblock import Block
-from slowdown.analysis.fio.sources import Source
+from slowdown.analysis.fio.sources import CUT, Source
 from slowdown.analysis.fio.textblocks import Buffers, RawBlock, TextBlocks
 
 if TYPE_CHECKING:  # printing intervals needs neither slowdown's histogram nor the store
@@ -44,6 +47,27 @@ class _Stream:
     bytes_done: int = 0
 
 
+def _cut_last_line(raw: RawBlock, exc: BlockError) -> bool:
+    """Whether ``exc`` is about the file's last line and the file ends inside that line
+    (no newline): what fio leaves when it is stopped while it writes a log."""
+    return raw.unterminated and exc.offset == raw.data.count(b"\n") - 1
+
+
+def _without_last_line(raw: RawBlock) -> RawBlock:
+    end = raw.buffer.rfind(b"\n", raw.start, raw.end - 1) + 1
+    return RawBlock(raw.buffer, raw.start, end or raw.start, raw.index)
+
+
+def _cut_message(stream: _Stream, offset: int) -> str:
+    line = stream.lines + offset + 1
+    before = f"read up to line {line - 1}" if line > 1 else "no line before it"
+    return f"{stream.source.path}:{line}: {CUT}; this line is left out, {before}"
+
+
+def _warn(message: str) -> None:
+    warnings.warn(message, stacklevel=3)
+
+
 def _error(stream: _Stream, raw: RawBlock, exc: BlockError) -> FioLogError:
     line = stream.lines + exc.offset + 1
     message = exc.message
@@ -54,8 +78,11 @@ def _error(stream: _Stream, raw: RawBlock, exc: BlockError) -> FioLogError:
 
 def merge(sources: Sequence[Source], consumer: IntervalSeries | MinuteRecords, *,
           workers: int | None = None, memory: int = 256 << 20,
-          progress: Callable[[int], None] | None = None) -> Iterator[list]:
-    """Feed every file to ``consumer`` in time lockstep; yields what it completes."""
+          progress: Callable[[int], None] | None = None,
+          warn: Callable[[str], None] = _warn) -> Iterator[list]:
+    """Feed every file to ``consumer`` in time lockstep; yields what it completes. A file's
+    last line cut short (no newline, and not a whole line) is left out and said to ``warn``
+    (by default a Python warning)."""
     workers = workers or min(os.cpu_count() or 1, 8)
     # Blocks read ahead per file: with many files the others keep the threads busy.
     depth = 2 if len(sources) < 2 * workers else 1
@@ -70,13 +97,24 @@ def merge(sources: Sequence[Source], consumer: IntervalSeries | MinuteRecords, *
     if isinstance(consumer, IntervalSeries):
         consumer.pool = pool
 
-    def work(source: Source, raw: RawBlock) -> tuple[Block, Any]:
+    def parse(source: Source, raw: RawBlock) -> tuple[Block, Any]:
         if not consumer.reduces:
             return source.log.parse(raw), None
         block = source.log.parse(raw, scratch=True)
         prepared = consumer.prepare(source, block)
         block.counts = None  # the thread's scratch memory, which its next parse reuses
         return block, prepared
+
+    def work(source: Source, raw: RawBlock) -> tuple[Block, Any, int | None]:
+        """The parsed block, what ``prepare`` made of it, and the offset of a last line cut
+        short that was left out (else None)."""
+        try:
+            return (*parse(source, raw), None)
+        except BlockError as exc:
+            if not _cut_last_line(raw, exc):
+                raise
+            cut = exc.offset
+        return (*parse(source, _without_last_line(raw)), cut)
 
     def refill(stream: _Stream) -> None:
         while len(stream.pending) < depth:
@@ -94,9 +132,11 @@ def merge(sources: Sequence[Source], consumer: IntervalSeries | MinuteRecords, *
             stream = min(active, key=lambda s: s.watermark)
             raw, future = stream.pending.popleft()
             try:
-                block, prepared = future.result()
+                block, prepared, cut = future.result()
             except BlockError as exc:
                 raise _error(stream, raw, exc) from None
+            if cut is not None:
+                warn(_cut_message(stream, cut))
             refill(stream)
             if len(block):
                 try:

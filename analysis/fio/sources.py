@@ -5,11 +5,15 @@ a host offset corrects for hosts whose fio did not start together.
 
 Guarantees: ``open_sources`` reads only the first line of each file and returns sources that
 merge (one kind of log, one layout family, all times relative or all unix epoch, every
-``--host-offset`` host used, no file twice), or raises ``FioLogError`` saying why not.
+``--host-offset`` host used, no file twice), or raises ``FioLogError`` saying why not. It
+tells ``warn`` of what it does that the numbers would not show: an empty file skipped, a file
+that ends inside its first line (fio stopped while writing it) skipped, and histogram logs of
+different bin counts (``--log_hist_coarseness``) merged at the coarsest.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +25,8 @@ from slowdown.analysis.fio.layout import HEADER_COLUMNS, Layout
 from slowdown.analysis.fio.textblocks import first_line
 
 EPOCH_MS = 10**11  # fio times at or above this are unix epoch ms (--log_unix_epoch)
+CUT = "the file ends in the middle of this line (fio stopped while writing it?)"
+_LINE_START = re.compile(rb"\d+(?:, \d+)*(?:, ?)?")  # how a line fio was writing can end
 
 
 @dataclass
@@ -40,15 +46,18 @@ class Source:
         return self.first_time >= EPOCH_MS
 
 
-def sniff(path: Path) -> tuple[int, int, int] | None:
-    """``(line number, field count, time)`` of the first line of a log (the time is 0 when it
-    is not a number: the parser reports that); None when the file is empty."""
+def sniff(path: Path) -> tuple[int, int, int, bool] | None:
+    """``(line number, field count, time, whole)`` of the first line of a log (the time is 0
+    when it is not a number: the parser reports that; ``whole``: False when the file ends
+    inside that line and the line is the start of one of fio's); None when the file is
+    empty."""
     found = first_line(path)
     if found is None:
         return None
-    number, line = found
+    number, line, whole = found
     time = line.split(b",", 1)[0].strip()
-    return number, line.count(b",") + 1, int(time) if time.isdigit() else 0
+    cut = not whole and _LINE_START.fullmatch(line) is not None
+    return number, line.count(b",") + 1, int(time) if time.isdigit() else 0, not cut
 
 
 def host_of(path: Path, hosts: Iterable[str]) -> str | None:
@@ -84,7 +93,7 @@ def open_sources(paths: Sequence[Path], *, lat_unit: str = "ns", offset_ms: int 
         if first is None:
             warn(f"{path}: empty, skipped")
             continue
-        line, columns, first_time = first
+        line, columns, first_time, whole = first
         log: HistLog | LatLog
         if MIN_COLUMNS <= columns <= MAX_COLUMNS:
             what = not_latency(path)
@@ -94,13 +103,20 @@ def open_sources(paths: Sequence[Path], *, lat_unit: str = "ns", offset_ms: int 
             log = LatLog(path, columns, lat_unit)
         else:
             layout = Layout.from_bins(columns - HEADER_COLUMNS)
+            if layout is None and not whole:  # fio stopped while writing its first line
+                warn(f"{path}:{line}: {CUT}; it holds no whole line, skipped")
+                continue
             if layout is None:
                 raise layout_error(path, line, columns)
             log = HistLog(path, layout)
         sources.append(Source(path, log, line, first_time, size))
     if not sources:
-        raise FioLogError(paths[0] if paths else "-", None, "no samples: every file is empty")
+        raise FioLogError(paths[0] if paths else "-", None,
+                          "no samples: every file is empty or holds no whole line")
     _check_kinds(sources)
+    coarser = coarser_merge(sources)
+    if coarser is not None:
+        warn(coarser)
     hosts = list(host_offsets)
     for source in sources:
         source.host = host_of(source.path, hosts)
@@ -139,6 +155,31 @@ def _check_kinds(sources: list[Source]) -> None:
                               "mixed layouts do not merge")
 
 
+def _names(paths: list[str], most: int = 3) -> str:
+    shown = ", ".join(paths[:most])
+    return shown if len(paths) <= most else f"{shown} and {len(paths) - most} more"
+
+
+def coarser_merge(sources: Sequence[Source]) -> str | None:
+    """What a merge of histogram logs of different bin counts does, in one line (None when
+    they have one): every log is read at the coarsest one's bins, so the finer logs lose
+    their resolution without their numbers saying so."""
+    layouts = {s.log.layout for s in sources if isinstance(s.log, HistLog)}
+    if len(layouts) < 2:
+        return None
+    common = max(layouts, key=lambda layout: layout.coarseness)
+    finer = []
+    for layout in sorted(layouts - {common}, key=lambda layout: layout.coarseness):
+        paths = [str(s.path) for s in sources if s.log.layout == layout]
+        finer.append(f"{_names(paths)} ({layout.bins} bins, --log_hist_coarseness="
+                     f"{layout.coarseness}; {1 << (common.coarseness - layout.coarseness)} "
+                     "of their bins in one)")
+    as_in = _names([str(s.path) for s in sources if s.log.layout == common])
+    return (f"logs of different bin counts merge at the coarsest, {common.bins} bins "
+            f"(--log_hist_coarseness={common.coarseness}, as {as_in}): "
+            + "; ".join(finer) + " are read at that resolution")
+
+
 def common_layout(sources: Sequence[Source]) -> Layout | None:
     """The layout all histogram logs merge into: the coarsest among them (coarse bins are
     unions of fine ones, so finer logs coarsen exactly)."""
@@ -148,4 +189,5 @@ def common_layout(sources: Sequence[Source]) -> Layout | None:
     return max(layouts, key=lambda layout: layout.coarseness)
 
 
-__all__ = ["EPOCH_MS", "Source", "common_layout", "host_of", "open_sources", "sniff"]
+__all__ = ["CUT", "EPOCH_MS", "Source", "coarser_merge", "common_layout", "host_of",
+           "open_sources", "sniff"]

@@ -118,22 +118,25 @@ class TextBlocks:
             buffer = larger
 
 
-def first_line(path: Path, limit: int = 1 << 22) -> tuple[int, bytes] | None:
-    """Number and text of the first non-blank line (None for an empty file); reads at most
-    ``limit`` bytes, so that a file without newlines is not read whole."""
+def first_line(path: Path, limit: int = 1 << 22) -> tuple[int, bytes, bool] | None:
+    """Number and text of the first non-blank line (None for an empty file), and whether the
+    file goes on after it: False when the file ends inside that line, without its newline.
+    Reads at most ``limit`` bytes, so that a file without newlines is not read whole (a line
+    longer than that counts as going on)."""
     with open(path, "rb") as f:
         head = f.read(1 << 16)
-        while len(head) < limit and head.lstrip().find(b"\n") < 0:
+        ended = len(head) < 1 << 16
+        while len(head) < limit and head.lstrip().find(b"\n") < 0 and not ended:
             more = f.read(1 << 16)
-            if not more:
-                break
+            ended = not more
             head += more
     number, start = 1, 0
     while start < len(head):
         end = head.find(b"\n", start)
+        whole = end >= 0 or not ended
         end = len(head) if end < 0 else end
         if head[start:end].strip():
-            return number, head[start:end]
+            return number, head[start:end], whole
         number, start = number + 1, end + 1
     return None
 
