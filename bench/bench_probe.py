@@ -23,13 +23,14 @@ runs' figures (the ratio: the median of the runs' ratios), every run's ratio sho
 
 What each side times:
 
-- read: ours ``preadv`` of 1 MiB (O_DIRECT, page-aligned buffer, random 1 MiB-aligned offset);
+- read: ours ``preadv2`` of 1 MiB, flags 0 (O_DIRECT, page-aligned buffer, random
+  1 MiB-aligned offset);
   ioping ``pread`` of 1 MiB (O_DIRECT via fcntl, page-aligned buffer, random 1 MiB-aligned
   offset); its ``posix_fadvise(DONTNEED)`` before each request is outside its timer.
 - read, fadvised (for information, no goal): as read, but ours calls
   ``posix_fadvise(DONTNEED)`` on the chosen block before each read, outside the timer, as
   ioping does.
-- write: ours ``pwritev`` of 1 MiB O_DIRECT of fresh bytes, no fdatasync; ioping ``-WWW -C``:
+- write: ours ``pwritev2`` of 1 MiB O_DIRECT of fresh bytes, no fdatasync; ioping ``-WWW -C``:
   ``pwrite`` of 1 MiB O_DIRECT of fresh random bytes and nothing else (``-C`` drops the
   fdatasync that ``-W`` adds; ``-WWW`` is how ioping agrees to write into an existing file).
   The blocks ioping writes lose prepare's stamps, so the benchmark uses a workspace of its own
