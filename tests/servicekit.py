@@ -52,13 +52,16 @@ def probe_cli(config: Path, *args: str, timeout: float = 120) -> subprocess.Comp
     )
 
 
-def start_service(config: Path, *args: str, env: dict | None = None) -> subprocess.Popen:
+def start_service(config: Path, *args: str, env: dict | None = None,
+                  wrap: list[str] | None = None) -> subprocess.Popen:
     """The service, its output in files: a worker stuck in a hung filesystem outlives the
-    service and would keep a pipe open, so reading the service's output to EOF could block."""
+    service and would keep a pipe open, so reading the service's output to EOF could block.
+    ``wrap``: a command that runs it (``setpriv ... --``), without a shell."""
     with tempfile.NamedTemporaryFile(prefix="slowdown-service-", suffix=".log",
                                      delete=False) as log:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "slowdown.probe.cli", "--config", str(config), "run", *args],
+            [*(wrap or []), sys.executable, "-m", "slowdown.probe.cli", "--config", str(config),
+             "run", *args],
             stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
             env={**os.environ, **(env or {})},
         )
