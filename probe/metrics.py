@@ -376,7 +376,8 @@ class _Collector:
                 ("slowdown_records_written", "Minute records written.", snap.written),
                 ("slowdown_records_dropped", "Minute records lost to a long database outage.",
                  snap.dropped),
-                ("slowdown_database_write_failures", "Minute flushes that failed.",
+                ("slowdown_database_write_failures", "Minute flushes that failed (the write, "
+                 "or it did not land in the file at the database's path).",
                  m._write_failures)):
             counter = CounterMetricFamily(name, doc, labels=("host",))
             counter.add_metric([host], value)

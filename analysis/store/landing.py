@@ -5,9 +5,10 @@ whether the write landed: committed, into the files that are at the database's p
 (``Recorder.flush``, ``store.file_identity``). When it did not (the volume full or read-only,
 the file deleted, moved or replaced, its ``-wal`` deleted, a foreign file put in its place),
 the minutes stay in memory and this state says so at once, with the path and the reason, in
-the log, the live state (``slowdown``, ``watch``), the database's state table (``check``, a
-published copy) and the metrics. When records land again, the episode is kept, from when to
-when and why, so that a reader of the window it fell in is told (``EPISODES`` of them).
+the log, the live state (``slowdown``, ``--json``, ``watch``, ``check``) and the database's
+state table (a published copy, a later look); the metrics count the flush as failed and keep
+the minutes pending. When records land again, the episode is kept, from when to when and
+why, so that a reader of the window it fell in is told (``EPISODES`` of them).
 
 The service keeps it (``probe/service.py``); readers take it back with ``Landing.of``.
 """
