@@ -123,7 +123,8 @@ class DataProbe:
         workspace = Path(workspace)
         manifest = read_manifest(workspace)
         if manifest is None:
-            raise ManifestError(f"{workspace}: no MANIFEST; run 'slowdown-probe prepare'")
+            raise ManifestError(f"{workspace}: no MANIFEST; run 'slowdown-probe prepare'",
+                                errno.ENOENT)
         if manifest.data_file != "shared":
             return cls(workspace / DATA_NAME, **kwargs)  # type: ignore[arg-type]
         shared = workspace.parent / SHARED_DIR

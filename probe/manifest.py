@@ -89,7 +89,12 @@ _OPEN_NEW = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 class ManifestError(Exception):
-    """A MANIFEST or status file that is missing, unreadable or not ours."""
+    """A MANIFEST or status file that is missing, unreadable or not ours; ``errno``: ENOENT
+    where it is missing (the workspace removed), so that the error is named by it."""
+
+    def __init__(self, message: str, errno: int | None = None) -> None:
+        super().__init__(message)
+        self.errno = errno
 
 
 def atomic_write(path: Path, data: bytes, *, fsync: bool = True) -> None:

@@ -109,7 +109,8 @@ class MdProbe:
         workspace = Path(workspace)
         manifest = read_manifest(workspace)
         if manifest is None:
-            raise ManifestError(f"{workspace}: no MANIFEST; run 'slowdown-probe prepare'")
+            raise ManifestError(f"{workspace}: no MANIFEST; run 'slowdown-probe prepare'",
+                                errno.ENOENT)
         if not manifest.complete:
             raise ManifestError(f"{workspace}: preparation did not finish; run "
                                 "'slowdown-probe prepare' again")

@@ -4,14 +4,16 @@ healthy), one whose every op fails (ESHUTDOWN: an evicted CephFS client; the slo
 "-" with no op returning), and, with the filesystem remounted read-only under the service,
 that no file the probe holds made the remount fail.
 
-One service, three targets: a tmpfs filled to its last byte, a FUSE filesystem that fails
-every call with ESHUTDOWN, and an ext4 volume remounted read-only while it runs.
+One service, four targets: a tmpfs filled to its last byte, a FUSE filesystem that fails
+every call with ESHUTDOWN, an ext4 volume remounted read-only while it runs, and a workspace
+removed (``rm -rf``) under it.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -60,9 +62,11 @@ def test_full_failing_and_read_only_filesystems_are_said(tmp_path):
                    TargetSpec("failing", fs.mountpoint / "t", data_size="4MiB", pool_files=20,
                               pool_dirs=2),
                    TargetSpec("rofs", ext4 / "t", data_size="4MiB", pool_files=20,
-                              pool_dirs=2)]
+                              pool_dirs=2),
+                   TargetSpec("removed", tmp_path / "plain" / "t", data_size="4MiB",
+                              pool_files=20, pool_dirs=2)]
         for t in targets:
-            t.path.mkdir()
+            t.path.mkdir(parents=True)
         config = write_config(tmp_path / "slowdown.toml", database, targets)
         done = probe_cli(config, "prepare", "--no-progress")
         assert done.returncode == 0, done.stderr
@@ -79,6 +83,8 @@ def test_full_failing_and_read_only_filesystems_are_said(tmp_path):
             remount = subprocess.run(["mount", "-o", "remount,ro", str(ext4)],
                                      capture_output=True, text=True)
             assert remount.returncode == 0, remount.stderr
+            workspace = tmp_path / "plain" / "t" / ".slowdown" / "testhost"
+            shutil.rmtree(workspace)  # rm -rf of the workspace under the service
             time.sleep(60 - time.time() % 60 + 3)  # that minute written
             line = _slowdown(config).stdout
             verbose = _slowdown(config, "-v").stdout
@@ -95,6 +101,8 @@ def test_full_failing_and_read_only_filesystems_are_said(tmp_path):
     assert "failing: 100% of ops (ESHUTDOWN)" in lines["failing"], line
     assert "1m -" in lines["failing"], line
     assert "failing:" in lines["rofs"] and "EROFS" in lines["rofs"], line
+    assert "failing:" in lines["removed"] and "ENOENT" in lines["removed"], line
+    assert not workspace.exists()  # nothing made again where it was removed
     notes = {t["target"]: t["notes"] for t in doc["targets"]}
     assert "failing: 100% of ops (ESHUTDOWN)" in notes["failing"], notes
     ops = {(t["target"], o["op"]): o for t in doc["targets"] for w in t["windows"]
