@@ -324,7 +324,9 @@ class TargetRunner:
                 if position is not None and not self._closed:
                     log.error("target %s: worker %d exited during %s", self.name, worker.pid,
                               position[0])
-                    self._cut(worker, wall, failed=True)
+                    # Abandoned (told to quit) before its run began, hung in its start (the
+                    # workspace's lock, the open): a wait that long, not a failed op.
+                    self._cut(worker, wall, failed=not worker.abandoned)
                 worker.in_flight = None
                 if worker is self._current:
                     self._current = None

@@ -111,3 +111,43 @@ def test_the_service_records_a_hung_error_as_slow_and_as_an_error(tmp_path: Path
     assert "data-read failed after" in out and "ENOTCONN" in out, out
     assert "UnsafePathError" not in out
     assert stuck, stuck
+
+
+@pytest.mark.timeout(90)
+def test_a_replacement_stuck_at_its_start_counts_its_wait_not_an_error(tmp_path: Path) -> None:
+    """A stuck worker's replacement that hangs too, on the workspace's lock as it starts, and
+    is abandoned in turn, exits without running its tick once the filesystem answers: its tick
+    waited that long (a latency of its age), and no op failed (it was counted an error with no
+    latency, "1.04% of data-read failed" after a hang without an I/O error)."""
+    from slowdown.probe.recorder import Recorder
+    from slowdown.probe.runner import TargetRunner
+
+    with FaultFS(tmp_path / "backing", tmp_path / "mnt") as fs:
+        ws = workspace(fs.mountpoint)
+        recorder = Recorder("h")
+        runner = TargetRunner("t", ws, recorder, interval=0.2, abandon_after=1.0,
+                              max_abandoned=2)
+        runner.owner = {"host": "h", "since": time.time(), "database": str(tmp_path / "db")}
+        try:
+            runner.start()
+            assert runner.lock_said.wait(10) and runner.lock_state == "ok"
+            assert runner.tick()
+            wait_for(lambda: runner.status.last_end is not None, 10, what="a first run")
+            fs.hang(["read"], path="*data.bin")  # the worker's next read hangs
+            fs.hang(["open", "create"], path="*service.lock")  # and a new one's start
+            deadline = time.monotonic() + 20
+            while runner.abandoned < 2 and time.monotonic() < deadline:
+                runner.tick()
+                time.sleep(0.2)
+            assert runner.abandoned == 2, runner.in_flight()
+            time.sleep(0.5)
+            fs.release()
+            # (the runner forgets the workers that have exited as it ticks)
+            wait_for(lambda: runner.tick() is not None and runner.abandoned == 0, 20,
+                     what="the abandoned workers' exits")
+        finally:
+            runner.close()
+    records, _ = recorder.take(float("inf"))
+    reads = [r for r in records if r.op == "data-read"]
+    assert sum(r.errors for r in reads) == 0, reads
+    assert max(r.histogram.max for r in reads if r.histogram.count) >= 1.0, reads
