@@ -19,7 +19,6 @@ with one line naming why or who.
 
 from __future__ import annotations
 
-import contextlib
 import datetime as dt
 import logging
 import os
@@ -196,12 +195,13 @@ class Service:
             log.debug("closing the failed database connection: %s", exc)
         release(self._db_lock)  # with the connection: nothing stays open there
         self._db_lock = None
+        if moved is None:
+            return False, False
         if self.metrics is not None:
             self.metrics.drop_reader()  # it reads the file at the path from now on
         # Every connection of this process to the old file closed first: SQLite shares what
         # it keeps of a file (its -wal, -shm) between a process's connections.
-        closed = self.alerts is None or self.alerts.dispatcher.release_database(2.0)
-        return False, moved is not None and closed
+        return False, self.alerts is None or self.alerts.dispatcher.release_database(2.0)
 
     def _count_kept(self, ok: bool) -> str:
         """The stop's count: this run's minute records in the file at the path (counted
@@ -225,8 +225,10 @@ class Service:
                       "it again", self.config.database)
             release(self._db_lock)
             self._db_lock = None
-            with contextlib.suppress(Refused):  # held by another: _lock_again said so
+            try:
                 self._db_lock = self._lock_again()
+            except Refused as exc:  # held by another: it stops; else the next write tries
+                log.error("%s", exc)
 
     def live_stuck(self) -> dict[tuple[str, str], float]:
         """Longest age per (target, op) of ops in flight longer than the interval."""

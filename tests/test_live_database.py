@@ -194,8 +194,9 @@ def test_what_admins_do_to_a_live_database_loses_no_minute_and_is_said(tmp_path)
         hold.execute("BEGIN IMMEDIATE")
         _until(m0 + 180 + 15)  # m3: the flush waited its busy timeout, and gave up
         said["locked"] = [_slowdown(readers_cfg, "check").stdout]
-        said["foreign"] = [_slowdown(replaced_cfg, "check").stdout,
-                           _slowdown(replaced_cfg).stdout]
+        line = _slowdown(replaced_cfg)  # the file cannot be read: why, from its service
+        said["foreign"] = [_slowdown(replaced_cfg, "check").stdout, line.stderr]
+        assert line.returncode == 1, line
         assert _sha(replaced_db) == foreign_sha  # nothing written into it
         os.rename(replaced_db, tmp_path / "foreign-back.db")  # the admin takes it away
         _until(m0 + 180 + 40)

@@ -140,6 +140,9 @@ def check(ctx, dbs, targets, hosts, ops, at, window, statistic, warning, critica
         errors_warn = parse_rate(errors_warning, "--errors-warning")
         errors_crit = parse_rate(errors_critical, "--errors-critical")
         full_level = parse_rate(full, "--full")
+    except cli.NotLanding as exc:  # the file cannot be read, and its service says why
+        click.echo(f"SLOWDOWN CRITICAL - {exc.format_message()}")
+        sys.exit(CRITICAL)
     except click.ClickException as exc:
         click.echo(f"SLOWDOWN UNKNOWN - {exc.format_message()}")
         sys.exit(UNKNOWN)

@@ -465,7 +465,7 @@ def open_reader(ctx: click.Context, dbs: Sequence[str], targets: Sequence[str],
     try:
         paths = expand_paths(patterns)
     except StoreError as exc:
-        raise click.ClickException(str(exc)) from None
+        raise _not_landing(patterns, now) or click.ClickException(str(exc)) from None
     stores, store_series, skipped = [], [], []
     early: list[tuple[dict, list, dict]] | None = [] if len(paths) > 1 else None
     visit, visited = None, []
@@ -484,7 +484,8 @@ def open_reader(ctx: click.Context, dbs: Sequence[str], targets: Sequence[str],
             visited=visited, statistics=wanted)):
         if store is None:
             if len(paths) == 1:  # the one file named: one line, and stop
-                raise click.ClickException(str(error)) from None
+                raise _not_landing([str(path)], now) or click.ClickException(str(error)) \
+                    from None
             skipped.append((str(path), str(error)))  # a cluster goes on with the others
             continue
         if early is not None and read is None:
@@ -501,6 +502,27 @@ def open_reader(ctx: click.Context, dbs: Sequence[str], targets: Sequence[str],
     return Reader(config, stores, tuple(targets), tuple(hosts), tuple(ops), moment, at is None,
                   series, store_series, skipped=skipped, early=early, early_statistics=wanted,
                   prepared=cluster_windows.Prepared.of(*asked, visited) if visit else None)
+
+
+class NotLanding(click.ClickException):
+    """The one database named cannot be read, and the service writing it says why: its
+    records are not reaching it (deleted, replaced by a foreign file: store/landing.py)."""
+
+
+def _not_landing(patterns: Sequence[str], now: float) -> NotLanding | None:
+    """NotLanding when the one database named has a running service beside it whose records
+    do not reach it, else None."""
+    if len(patterns) != 1:
+        return None
+    live = read_live(Path(patterns[0]))
+    landing = Landing.of(live.get("records")) if fresh(live, now) else None
+    if landing is None or landing.ok:
+        return None
+    from slowdown.analysis.cli.output import landing_notes
+
+    service = ServiceState(Path(patterns[0]), live.get("host"), RUNNING, None, None, None,
+                           None, {}, landing=landing, pending=live.get("pending_minutes"))
+    return NotLanding("; ".join(landing_notes([service], now, now, now)))
 
 
 def load_config_or_exit(path: Path | None) -> Config:
