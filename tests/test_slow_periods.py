@@ -164,9 +164,12 @@ def test_two_slow_minutes_in_ten_read_slow_at_q85_and_leave_the_hour_median(tmp_
     with Store(database, readonly=True) as store:
         slow = [r for r in store.records() if r.start >= start]
     for op in OPS:
-        for minute in (start, start + 60):
+        # A sample per tick: the first minute began with the service's start (its workers
+        # lock their workspaces first, through the slow filesystem too); the second is whole.
+        # Counting completed probes alone, a minute held 4 or 5 here (55 of 60 ticks skipped).
+        for minute, ticks in ((start, 45), (start + 60, 57)):
             (rec,) = [r for r in slow if r.op == op and r.start == minute]
-            assert rec.histogram.count + rec.errors >= 57, (op, minute, rec, log)
+            assert rec.histogram.count + rec.errors >= ticks, (op, minute, rec, log)
             assert rec.histogram.min >= 0.3, (op, rec.histogram.min)
     windows = {w["window"]: w for t in shown["targets"] for w in t["windows"]}
     for o in windows[600]["ops"]:
