@@ -79,9 +79,13 @@ def _play(runner: TargetRunner, plan: list) -> tuple[list[float], dict]:
     return ticks, expected
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=25, deadline=None, suppress_health_check=[
+    HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(plan=runs)
-def test_every_tick_counts_once_for_every_op_by_the_latency_of_the_run_that_held_it(plan):
+def test_every_tick_counts_once_for_every_op_by_the_latency_of_the_run_that_held_it(
+        plan, tmp_path_factory):
+    """The rule, and the same counts in every command: ``stats`` and ``slowdown --json``
+    over the run's window count a sample or an error per tick of each op."""
     recorder = Recorder("n1")
     runner = TargetRunner("work", Path("/nonexistent"), recorder, interval=1.0)
     ticks, expected = _play(runner, plan)
@@ -91,6 +95,30 @@ def test_every_tick_counts_once_for_every_op_by_the_latency_of_the_run_that_held
     assert {k: v for k, v in seen.items() if v} == expected
     for op in OPS:
         assert sum(v for (o, _), v in seen.items() if o == op) == len(ticks)
+    database = tmp_path_factory.mktemp("ticks") / "n1.db"
+    with Store(database) as store:
+        store.write(records)
+    start, end = minute_of(ticks[0]), minute_of(ticks[-1]) + 60
+    table = json.loads(_read("stats", "--db", str(database), "--since", f"@{start}",
+                             "--until", f"@{end}", "--json"))
+    counted = {row["op"]: row["count"] + row["errors"] for row in table["ops"]}
+    shown = json.loads(_read("--db", str(database), "--at", f"@{end}", "--json"))
+    hour = {o["op"]: o["count"] + o["errors"] for t in shown["targets"]
+            for w in t["windows"] if w["window"] == 3600 for o in w["ops"]}
+    for op in OPS:
+        assert counted[op] == len(ticks), (op, table)
+        if end - start <= 3600:
+            assert hour[op] == len(ticks), (op, shown)
+
+
+def _read(*args: str) -> str:
+    from click.testing import CliRunner
+
+    from slowdown.analysis.cli.main import main
+
+    result = CliRunner().invoke(main, list(args), catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    return result.output
 
 
 def test_a_skipped_tick_takes_each_ops_latency_and_the_stuck_ops_age_at_least():
