@@ -77,6 +77,8 @@ Exit status (the monitoring-plugin convention):
                newest record is older than --stale (a stopped service is
                named: "service stopped; numbers from ..., 7m ago"), no data,
                no such or a damaged database, a bad option or configuration
+               (a warning level above the critical one, -w above -c or
+               --errors-warning above --errors-critical, is one)
 The first line of output is "SLOWDOWN <STATE> - <text> | <perfdata>": per target
 its slowdown ('work'=1.020;3;10;0) and its worst op's error rate in percent
 ('work errors'=93.3%;5;25;0;100); the text names an op that failed and its rate.
@@ -118,24 +120,22 @@ def check(ctx, dbs, targets, hosts, ops, at, window, statistic, warning, critica
     """Monitoring-plugin mode: exit 0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN, with perfdata."""
     try:
         span = cli.parse_duration_option(window, "--window")
+        config = ctx.obj["config"]()
+        stat = cli.parse_statistic_option(statistic) if statistic else config.statistics[0]
+        warn, crit, errors_warn, errors_crit = _all_levels(
+            config, span, stat, (warning, critical),
+            (parse_rate(errors_warning, "--errors-warning"),
+             parse_rate(errors_critical, "--errors-critical")))
         reader = cli.open_reader(ctx, dbs, targets, hosts, ops, at, one_moment=True,
                                  windows=[span], statistic=statistic)
         stale_after = (cli.parse_duration_option(stale, "--stale") if stale is not None
                        else STALE + copies_every(reader))
-        stat = cli.parse_statistic_option(statistic) if statistic else reader.config.statistics[0]
-        errors_warn = parse_rate(errors_warning, "--errors-warning")
-        errors_crit = parse_rate(errors_critical, "--errors-critical")
     except click.ClickException as exc:
         click.echo(f"SLOWDOWN UNKNOWN - {exc.format_message()}")
         sys.exit(UNKNOWN)
     except click.exceptions.Exit:  # the configuration's mistakes, listed on standard error
         click.echo("SLOWDOWN UNKNOWN - the configuration has errors (listed on standard error)")
         sys.exit(UNKNOWN)
-    warn, crit = _levels((warning, critical), _thresholds(reader.config, "slowdown", span, stat),
-                         (3.0, 10.0))
-    errors_warn, errors_crit = _levels((errors_warn, errors_crit),
-                                       _thresholds(reader.config, "error_rate", span),
-                                       (ERRORS_WARNING, ERRORS_CRITICAL))
     target_ops = reader.target_ops()
     states = reader.target_states()
     collecting = {t: ts for t, ts in states.items()
@@ -206,6 +206,37 @@ def _levels(given: tuple, configured: tuple, defaults: tuple) -> tuple[float, fl
     """Warning and critical levels: the options', else the alert rules', else the defaults."""
     return tuple(g if g is not None else c if c is not None else d  # type: ignore[return-value]
                  for g, c, d in zip(given, configured, defaults))
+
+
+def _all_levels(config, span: float, stat: str, slowdown: tuple, errors: tuple
+                ) -> tuple[float, float, float, float]:
+    """The slowdown's and the error rate's warning and critical levels (the options', else
+    the alert rules', else the defaults); a usage error when a warning level is above its
+    critical one."""
+    slowdown_levels = (slowdown, _thresholds(config, "slowdown", span, stat), (3.0, 10.0))
+    error_levels = (errors, _thresholds(config, "error_rate", span),
+                    (ERRORS_WARNING, ERRORS_CRITICAL))
+    disordered = (_disordered(*slowdown_levels, ("-w/--warning", "-c/--critical"), "{:g}")
+                  or _disordered(*error_levels, ("--errors-warning", "--errors-critical"),
+                                 "{:.3g}%", 100))
+    if disordered:
+        raise click.UsageError(disordered)
+    return (*_levels(*slowdown_levels), *_levels(*error_levels))  # type: ignore[return-value]
+
+
+def _disordered(given: tuple, configured: tuple, defaults: tuple, flags: tuple[str, str],
+                form: str, scale: float = 1.0) -> str | None:
+    """Why a warning level above the critical one is refused (None when in order): such a
+    pair never says WARNING before CRITICAL, so it is a usage error naming both levels and
+    where each came from."""
+    warn, crit = _levels(given, configured, defaults)
+    if warn <= crit:
+        return None
+    whence = [("" if g is not None else " (from the alert rules)" if c is not None
+               else " (the default)") for g, c in zip(given, configured)]
+    return (f"{flags[0]} {form.format(warn * scale)}{whence[0]} is above {flags[1]} "
+            f"{form.format(crit * scale)}{whence[1]}: the warning level must not be above "
+            "the critical one")
 
 
 def _worst_errors(ts):

