@@ -4,10 +4,13 @@ a baseline from too little data. Real SQLite files, the real command lines."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from click.testing import CliRunner
 
 from slowdown.analysis.cli.main import main
+from slowdown.analysis.units import format_latency
 from tests.datakit import fill, lognormal, utc
 
 NOV = utc(2026, 11, 1)
@@ -62,3 +65,23 @@ def test_equal_levels_are_accepted(two_targets):
     code, out = run("check", "--db", str(two_targets), "--at", AT, "-w", "5", "-c", "5",
                     "--errors-warning", "5%", "--errors-critical", "5%")
     assert code == 0 and out.startswith("SLOWDOWN OK - "), out
+
+
+# -- --json: the intervals -v prints -------------------------------------------------------------
+
+def test_json_has_the_intervals_that_verbose_prints(two_targets):
+    code, out = run("--db", str(two_targets), "--at", AT, "--json", "--target", "work")
+    assert code == 0, out
+    (work,) = json.loads(out)["targets"]
+    ops = [o for w in work["windows"] for o in w["ops"]]
+    assert len(ops) == 6 * 3  # six ops, three windows
+    for o in ops:
+        assert o["low"] is not None and o["high"] is not None, o
+        assert o["low"] <= o["observed"] <= o["high"], o
+    code, out = run("--db", str(two_targets), "--at", AT, "-v", "--target", "work",
+                    "--op", "md-stat")
+    row = next(line.split() for line in out.splitlines()
+               if line.split()[:3] == ["work", "md-stat", "1h"])
+    hour = next(w for w in work["windows"] if w["window"] == 3600)
+    md_stat = next(o for o in hour["ops"] if o["op"] == "md-stat")
+    assert row[4] == f"{format_latency(md_stat['low'])}..{format_latency(md_stat['high'])}"

@@ -58,7 +58,8 @@ def uptime(ctx: click.Context, dbs, targets, hosts, ops, at, statistic: str | No
         return
     results = target_slowdowns(reader.stores, book, list(target_ops), target_ops,
                                reader.config.windows, stat, reader.now, hosts=reader.hosts,
-                               live_stuck=reader.live_stuck(), confidence=0.95 if verbose else None,
+                               live_stuck=reader.live_stuck(),
+                               confidence=0.95 if verbose or as_json else None,
                                prepared=reader.prepared)
     show_uptime(reader, results, stat, verbose, as_json, states=states, verdicts=verdicts)
 
