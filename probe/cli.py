@@ -91,14 +91,28 @@ class ConfigGroup(click.Group):
         if command is not None and not any(
                 isinstance(p, click.Option) and "--config" in p.opts for p in command.params):
             command.params.append(click.Option(
-                ["--config", "config_after"], type=click.Path(path_type=Path), default=None,
+                ["--config", "config_after"], type=click.Path(path_type=Path), multiple=True,
                 expose_value=False, is_eager=True, callback=_config_after, metavar="FILE",
                 help="Configuration file (the same as --config before the command)."))
         return command
 
 
-def _config_after(ctx: click.Context, _param: click.Parameter, value: Path | None) -> None:
+def one_config(values: tuple[Path, ...]) -> Path | None:
+    """The one file ``--config`` names on one side of the command (given any number of
+    times); a usage error when it names two: click alone would take the last in silence.
+    (``slowdown`` has its twin in ``analysis/cli/main.py``: probe may not import that.)"""
+    files = list(dict.fromkeys(os.path.abspath(v) for v in values))
+    if len(files) > 1:
+        raise click.UsageError(f"--config names two files: {values[0]} and "
+                               f"{next(v for v in values if os.path.abspath(v) != files[0])}; "
+                               "give one")
+    return values[0] if values else None
+
+
+def _config_after(ctx: click.Context, _param: click.Parameter,
+                  values: tuple[Path, ...]) -> None:
     """``--config`` after the command: the group's file, or a usage error naming both."""
+    value = one_config(values)
     if value is None:
         return
     probe = ctx.ensure_object(ProbeContext)
@@ -112,17 +126,17 @@ def _config_after(ctx: click.Context, _param: click.Parameter, value: Path | Non
 @click.group(cls=ConfigGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option(
     "--config",
-    "config_path",
+    "config_paths",
     type=click.Path(path_type=Path),
-    default=None,
+    multiple=True,
     help="Configuration file (default: $SLOWDOWN_CONFIG, ~/.config/slowdown/slowdown.toml, "
     "/etc/slowdown/slowdown.toml, else built-in defaults).",
 )
 @click.version_option(_version(), "--version", prog_name="slowdown-probe")
 @click.pass_context
-def main(ctx: click.Context, config_path: Path | None) -> None:
+def main(ctx: click.Context, config_paths: tuple[Path, ...]) -> None:
     """Measure user-perceived filesystem latency: prepare workspaces, run the probes."""
-    ctx.obj = ProbeContext(config_path=config_path)
+    ctx.obj = ProbeContext(config_path=one_config(config_paths))
 
 
 @main.command("check-config")

@@ -47,12 +47,25 @@ def accept_config_after(command: click.Command) -> None:
     if any(isinstance(p, click.Option) and "--config" in p.opts for p in command.params):
         return
     command.params.append(click.Option(
-        ["--config", "config_after"], type=click.Path(path_type=Path), default=None,
+        ["--config", "config_after"], type=click.Path(path_type=Path), multiple=True,
         expose_value=False, is_eager=True, callback=_config_after, metavar="FILE",
         help="Configuration file (the same as --config before the command)."))
 
 
-def _config_after(ctx: click.Context, _param: click.Parameter, value: Path | None) -> None:
+def one_config(values: tuple[Path, ...]) -> Path | None:
+    """The one file that ``--config`` (given any number of times on one side of the command)
+    names; a usage error when it names two: click alone would take the last in silence."""
+    files = list(dict.fromkeys(os.path.abspath(v) for v in values))
+    if len(files) > 1:
+        raise click.UsageError(f"--config names two files: {values[0]} and "
+                               f"{next(v for v in values if os.path.abspath(v) != files[0])}; "
+                               "give one")
+    return values[0] if values else None
+
+
+def _config_after(ctx: click.Context, _param: click.Parameter,
+                  values: tuple[Path, ...]) -> None:
+    value = one_config(values)
     if value is None:
         return
     obj = ctx.ensure_object(dict)
@@ -158,7 +171,7 @@ class LazyGroup(click.Group):
              context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--version", is_flag=True, expose_value=False, is_eager=True,
               callback=_print_version, help="Show the version and exit.")
-@click.option("--config", "config_path", type=click.Path(path_type=Path), default=None,
+@click.option("--config", "config_paths", type=click.Path(path_type=Path), multiple=True,
               help="Configuration file (default: $SLOWDOWN_CONFIG, "
                    "~/.config/slowdown/slowdown.toml, /etc/slowdown/slowdown.toml).")
 @read_options
@@ -172,9 +185,16 @@ class LazyGroup(click.Group):
               help="Pick per target the shortest window whose confidence interval is within "
                    f"+-PCT: {PERCENT_RULE}.")
 @click.pass_context
-def main(ctx: click.Context, config_path: Path | None, dbs, targets, hosts, ops, at,
+def main(ctx: click.Context, config_paths: tuple[Path, ...], dbs, targets, hosts, ops, at,
          statistic: str | None, verbose: bool, as_json: bool, accuracy: str | None) -> None:
     """How slow is each filesystem now, compared with usual (1 = normal, 10 = ten times slower)."""
+    try:
+        config_path = one_config(config_paths)
+    except click.UsageError as exc:
+        if ctx.invoked_subcommand == "check":  # a monitoring plugin's usage error: UNKNOWN
+            click.echo(f"SLOWDOWN UNKNOWN - {exc.format_message()}")
+            sys.exit(3)
+        raise
     ctx.ensure_object(dict)
     ctx.obj["config_path"] = config_path
     ctx.obj["config"] = _config_loader(config_path)
