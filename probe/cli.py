@@ -24,6 +24,7 @@ import click
 from slowdown.analysis.config import (
     Config,
     ConfigError,
+    ConfigErrors,
     default_config_paths,
     find_config_path,
     load_config,
@@ -149,11 +150,24 @@ def check_config(probe: ProbeContext, file: Path | None, nodes: int) -> None:
 
     FILE, when given, is checked instead of the file --config or the search would find.
     """
+    from slowdown.analysis.config.caveats import caveats
+    from slowdown.probe.target_places import target_places
+
     if file is not None:
         probe = ProbeContext(config_path=file, environ=probe.environ)
     config = probe.config()
-    for line in describe_config(config, probe.environ, nodes=nodes):
+    places = target_places(config)
+    for warning in [*caveats(config), *places.warnings]:
+        click.echo(warning, err=True)
+    lines = describe_config(config, probe.environ, nodes=nodes)
+    if places.errors:  # prepare would fail there: the summary (footprints) all the same
+        lines[-1] = (f"configuration has {len(places.errors)} "
+                     f"error{'s' if len(places.errors) > 1 else ''} (on standard error)")
+    for line in lines:
         click.echo(line)
+    if places.errors:
+        report_config_errors(ConfigErrors(places.errors))
+        raise click.exceptions.Exit(EXIT_CONFIG_ERROR)
 
 
 def describe_config(config: Config, environ: Mapping[str, str] = os.environ, *,
@@ -182,6 +196,7 @@ def describe_config(config: Config, environ: Mapping[str, str] = os.environ, *,
         "publish        " + (f"{config.publish.dir}/{config.host}.db every "
                              f"{format_duration(config.publish.every)}" if config.publish
                              else "off"),
+        f"fleet          {_describe_fleet(config)}",
     ]
     total_bytes = total_inodes = 0
     for target in config.targets:
@@ -229,6 +244,20 @@ def _describe_metrics(config: Config) -> str:
     return "; ".join(ways)
 
 
+def _describe_fleet(config: Config) -> str:
+    """Where the verdict's peers are read and what decides it, or why there is none."""
+    fleet = config.fleet
+    if fleet is None:
+        return "off (no verdict on a slowdown: this node or the filesystem)"
+    source = (f"Prometheus {fleet.prometheus} (timeout {format_duration(fleet.timeout)})"
+              if fleet.prometheus else f"databases {', '.join(fleet.databases)}")
+    return (f"{source}\n               the {fleet.statistic} over "
+            f"{format_duration(fleet.window)}; slow at {fleet.slow:g} or more; "
+            f'"filesystem" when {fleet.share:.0%} or more of the fresh peers are slow; '
+            f'"unknown" under {fleet.min_peers} fresh peers (fresh: numbers newer than '
+            f"{format_duration(fleet.stale)})")
+
+
 def _database_note(config: Config, environ: Mapping[str, str]) -> str:
     """Why the database is where it is, when it is the default moved off a shared home, and
     what the service will say of its filesystem."""
@@ -274,6 +303,10 @@ def run(probe: ProbeContext, duration: str | None, prepare_first: bool, verbose:
         for single in error.errors:
             log.error("%s", single)
         raise click.exceptions.Exit(EXIT_CONFIG_ERROR) from None
+    from slowdown.analysis.config.caveats import caveats
+
+    for warning in caveats(config):
+        log.warning("%s", warning.removeprefix("warning: "))  # the log says its level
     if prepare_first:
         from slowdown.probe.workspace import prepare
         from slowdown.probe.workspace_errors import WorkspaceError
