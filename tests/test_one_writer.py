@@ -84,8 +84,8 @@ def run_briefly(config: Path, *args: str, timeout: float = 30, env: dict | None 
 
 
 def one_error(text: str) -> str:
-    """The service's one error line (journal priority 3), and no traceback."""
-    errors = [line for line in text.splitlines() if line.startswith("<3>")]
+    """The service's one error line (its output is a file: dated lines), and no traceback."""
+    errors = [line for line in text.splitlines() if line.split(" ", 2)[1:2] == ["ERROR"]]
     assert len(errors) == 1 and "Traceback" not in text, text
     return errors[0]
 
