@@ -5,11 +5,15 @@ a baseline from too little data. Real SQLite files, the real command lines."""
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 from click.testing import CliRunner
 
 from slowdown.analysis.cli.main import main
+from slowdown.analysis.stats import baseline
+from slowdown.analysis.store import Store
+from slowdown.analysis.store.records import minute_of
 from slowdown.analysis.units import format_latency
 from tests.datakit import fill, lognormal, utc
 
@@ -85,3 +89,40 @@ def test_json_has_the_intervals_that_verbose_prints(two_targets):
     hour = next(w for w in work["windows"] if w["window"] == 3600)
     md_stat = next(o for o in hour["ops"] if o["op"] == "md-stat")
     assert row[4] == f"{format_latency(md_stat['low'])}..{format_latency(md_stat['high'])}"
+
+
+# -- rebaseline: a baseline from minutes of data ---------------------------------------------
+
+def test_a_rebaseline_from_minutes_of_data_stays_provisional_and_says_how_long(tmp_path):
+    db = tmp_path / "n1.db"
+    first = minute_of(time.time()) - 3 * 60  # three minutes of records, the last day's only
+    fill(db, first, 3, lognormal(0.001, 0.2), targets=("work",), ops=("md-stat", "md-read"))
+    code, out = run("rebaseline", "--db", str(db), "--reason", "new OSTs")
+    assert code == 0, out
+    assert out.endswith("from data 3m long; provisional for 2 of them (from less than 1d of "
+                        "data) until 1d of data makes another\n"), out
+    with Store(db, readonly=True) as store:
+        made = baseline.load(store)
+    assert made and all(b.provisional and b.reason == "new OSTs" for b in made), made
+    code, out = run("--db", str(db))  # the readers say so
+    assert code == 0 and "(provisional baseline" in out, out
+    # A day of data on: the service's upkeep makes one from it, the reason kept.
+    fill(db, first + 3 * 60, 1440, lognormal(0.002, 0.2), targets=("work",),
+         ops=("md-stat", "md-read"), seed=1)
+    later = first + 1443 * 60 + 30
+    with Store(db) as store:
+        grown = baseline.maintain(store, later, provisional_after=86400)
+        assert baseline.maintain(store, later + 60, provisional_after=86400) == []  # once
+        now_in_force = baseline.load(store, at=later + 60)
+    assert {(b.target, b.op) for b in grown} == {("work", "md-stat"), ("work", "md-read")}
+    assert all(not b.provisional and b.reason == "new OSTs" for b in grown), grown
+    assert {b.valid_from for b in now_in_force} == {minute_of(later)}
+    assert all(b.value > 0.0015 for b in now_in_force if b.statistic == "median")
+
+
+def test_a_rebaseline_from_a_day_of_data_is_not_provisional(two_targets):
+    code, out = run("rebaseline", "--db", str(two_targets), "--reason", "x", "--from",
+                    "2026-11-01T00:00:00Z", "--to", "2026-11-02T00:00:00Z")
+    assert code == 0, out
+    assert out.endswith("from data 2h long; provisional for 12 of them (from less than 1d of "
+                        "data) until 1d of data makes another\n"), out

@@ -224,7 +224,9 @@ def rebaseline_command(ctx: click.Context, reason: str, dbs: tuple[str, ...], ta
                        data_to) -> None:
     """Start a new baseline now (after a system change), from recent data. Over several
     files each gets its own, from its own data, in force from the same moment; a file that
-    cannot be rebaselined is named and the others are done."""
+    cannot be rebaselined is named and the others are done. From less than [baseline]
+    provisional_after (1d) of records it is provisional, and the service makes another once
+    that much data exists."""
     import datetime as dt
     import time
 
@@ -246,7 +248,9 @@ def rebaseline_command(ctx: click.Context, reason: str, dbs: tuple[str, ...], ta
         try:
             with Store(path) as store:
                 made = rebaseline(store, now, reason, start, end, targets,
-                                  statistics=config.statistics)
+                                  statistics=config.statistics,
+                                  provisional_after=config.baseline.provisional_after)
+                lengths = _data_lengths(store, made)
         except (StoreError, ValueError) as exc:
             if len(paths) == 1:
                 raise click.ClickException(str(exc)) from None
@@ -257,12 +261,28 @@ def rebaseline_command(ctx: click.Context, reason: str, dbs: tuple[str, ...], ta
         pairs = sorted({(b.target, b.op) for b in made})
         where = f"{path}: " if len(paths) > 1 else ""
         since = dt.datetime.fromtimestamp(made[0].valid_from, dt.timezone.utc)
+        shortest, longest = (format_duration(n) for n in (min(lengths), max(lengths)))
+        provisional = sum(1 for pair in pairs if any(b.provisional for b in made
+                                                     if (b.target, b.op) == pair))
+        after = format_duration(config.baseline.provisional_after)
         click.echo(f"{where}new baseline for {len(pairs)} target/op pairs, in force from "
                    f"{since:%Y-%m-%d %H:%M} UTC, from data "
-                   f"{format_duration(made[0].data_to - made[0].data_from)} long")
+                   f"{shortest if shortest == longest else f'{shortest} to {longest}'} long"
+                   + (f"; provisional for {provisional} of them (from less than {after} of "
+                      f"data) until {after} of data makes another" if provisional else ""))
     if failed:
         raise click.ClickException(f"{len(failed)} of {len(paths)} databases not rebaselined "
                                    f"(named above); the others were")
+
+
+def _data_lengths(store, made) -> list[int]:
+    """How long the data of each new baseline's pair really is (not the period asked for:
+    three minutes of records in a day's period are three minutes of data)."""
+    from slowdown.analysis.stats.baseline import data_extent
+
+    found = {(b.target, b.op): data_extent(store, b.target, b.op, b.data_from, b.data_to)
+             for b in made}
+    return [end - start for start, end in (f for f in found.values() if f is not None)]
 
 
 if __name__ == "__main__":  # pragma: no cover
