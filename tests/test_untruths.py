@@ -5,6 +5,7 @@ a baseline from too little data. Real SQLite files, the real command lines."""
 from __future__ import annotations
 
 import json
+import sqlite3
 import time
 
 import pytest
@@ -12,7 +13,7 @@ from click.testing import CliRunner
 
 from slowdown.analysis.cli.main import main
 from slowdown.analysis.stats import baseline
-from slowdown.analysis.store import Store
+from slowdown.analysis.store import Store, schema
 from slowdown.analysis.store.records import minute_of
 from slowdown.analysis.units import format_latency
 from tests.datakit import fill, lognormal, utc
@@ -126,3 +127,49 @@ def test_a_rebaseline_from_a_day_of_data_is_not_provisional(two_targets):
     assert code == 0, out
     assert out.endswith("from data 2h long; provisional for 12 of them (from less than 1d of "
                         "data) until 1d of data makes another\n"), out
+
+
+# -- a file that is not a slowdown database ------------------------------------------------------
+
+def _not_databases(tmp_path) -> dict[str, tuple]:
+    """Files that are not slowdown databases, and what the error calls each."""
+    (tmp_path / "empty.db").write_bytes(b"")
+    for name, script in (("tables.db", "CREATE TABLE mine (x); INSERT INTO mine VALUES (1)"),
+                         ("marked.db", "PRAGMA application_id = 42"),
+                         ("bare.db", "PRAGMA user_version = 0; VACUUM")):
+        conn = sqlite3.connect(tmp_path / name)
+        conn.executescript(script)
+        conn.close()
+    return {"empty.db": "(an empty file); refusing to touch it",
+            "tables.db": "(refusing to touch it)", "marked.db": "(refusing to touch it)",
+            "bare.db": "(an SQLite file without slowdown's tables); refusing to touch it"}
+
+
+def test_rebaseline_writes_nothing_into_a_file_that_is_not_a_slowdown_database(tmp_path):
+    for name, what in _not_databases(tmp_path).items():
+        path = tmp_path / name
+        before = path.read_bytes()
+        code, out = run("rebaseline", "--db", str(path), "--reason", "x")
+        assert code == 1, (name, out)
+        assert out == f"Error: {path}: not a slowdown database {what}\n", out
+        assert path.read_bytes() == before, name
+        assert sorted(p.name for p in tmp_path.glob(f"{name}*")) == [name]  # no -wal, -shm
+        code, out = run("--db", str(path))  # the readers call it the same, with no advice
+        assert code == 1 and "not a slowdown database" in out and "migrate" not in out, out
+
+
+def test_rebaseline_makes_no_database_where_there_is_none(tmp_path):
+    code, out = run("rebaseline", "--db", str(tmp_path / "nosuch.db"), "--reason", "x")
+    assert code == 1 and out == f"Error: {tmp_path / 'nosuch.db'}: no such database\n", out
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_advice_to_migrate_is_for_an_older_slowdown_database_only(tmp_path):
+    old = tmp_path / "old.db"
+    conn = sqlite3.connect(old, isolation_level=None)
+    schema.migrate(conn, str(old), target=schema.READABLE_FROM - 1)
+    conn.close()
+    code, out = run("--db", str(old))
+    assert code == 1, out
+    assert out == (f"Error: {old}: schema version {schema.READABLE_FROM - 1}, this slowdown reads "
+                   f"{schema.VERSION}; open it once for writing (the service does) to migrate\n")

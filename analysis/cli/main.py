@@ -246,7 +246,7 @@ def rebaseline_command(ctx: click.Context, reason: str, dbs: tuple[str, ...], ta
     failed = []
     for path in paths:
         try:
-            with Store(path) as store:
+            with Store(path, create=False) as store:  # only into a slowdown database
                 made = rebaseline(store, now, reason, start, end, targets,
                                   statistics=config.statistics,
                                   provisional_after=config.baseline.provisional_after)
