@@ -173,3 +173,49 @@ def test_the_advice_to_migrate_is_for_an_older_slowdown_database_only(tmp_path):
     assert code == 1, out
     assert out == (f"Error: {old}: schema version {schema.READABLE_FROM - 1}, this slowdown reads "
                    f"{schema.VERSION}; open it once for writing (the service does) to migrate\n")
+
+
+# -- names that no file holds -----------------------------------------------------------------
+
+READS = [(), ("stats",), ("history",), ("report", "-o", "{tmp}/r.html"), ("check",),
+         ("watch", "--count", "1")]
+
+
+@pytest.mark.parametrize("command", READS, ids=["slowdown", "stats", "history", "report",
+                                                 "check", "watch"])
+@pytest.mark.parametrize(("option", "given", "said"), [
+    ("--target", "nosuch", 'no target "nosuch" in {db}; its targets: home, work'),
+    ("--target", "x*", 'no target matching "x*" in {db}; its targets: home, work'),
+    ("--host", "n2", 'no host "n2" in {db}; its hosts: n1'),
+    ("--op", "md-sync", 'no op "md-sync" in {db}; its ops: data-read, data-write, md-delete, '
+                        'md-read, md-stat, md-write'),
+])
+def test_a_name_no_file_holds_is_said_with_the_names_it_holds(two_targets, tmp_path, command,
+                                                               option, given, said):
+    args = [a.format(tmp=tmp_path) for a in command]
+    code, out = run("--db", str(two_targets), "--at", AT, *args, option, given)
+    said = said.format(db=two_targets)
+    if command == ("check",):
+        assert (code, out) == (3, f"SLOWDOWN UNKNOWN - {said}\n")
+    else:
+        assert (code, out) == (1, f"Error: {said}\n")
+    assert not (tmp_path / "r.html").exists()
+
+
+def test_every_unknown_name_is_said_and_a_cluster_lists_its_files_names(two_targets, tmp_path):
+    other = tmp_path / "n2.db"
+    fill(other, NOV, 120, lognormal(0.001, 0.2), host="n2", targets=("scratch",))
+    code, out = run("stats", "--db", str(two_targets), "--db", str(other), "--at", AT,
+                    "--target", "nosuch", "--target", "work", "--target", "gone",
+                    "--op", "md-*", "--host", "n9")
+    assert code == 1
+    assert out == ('Error: no host "n9" in the 2 databases read; their hosts: n1, n2; '
+                   'no target "nosuch" nor "gone" in the 2 databases read; their targets: '
+                   "home, scratch, work\n"), out
+
+
+def test_names_and_globs_that_match_are_read_as_before(two_targets):
+    code, out = run("stats", "--db", str(two_targets), "--at", AT, "--target", "w*",
+                    "--op", "md-stat", "--json")
+    assert code == 0, out
+    assert [(r["target"], r["op"]) for r in json.loads(out)["ops"]] == [("work", "md-stat")]

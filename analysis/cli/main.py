@@ -119,7 +119,7 @@ With --at no state is shown: a live state tells only of now.
 Exit status:
   0  numbers or a service state shown (running, collecting, stopped)
   1  nothing to show: no such database, no numbers and no service running,
-     a damaged database
+     a damaged database, a --target, --host or --op that no file holds
   2  usage error: a bad option or value, a bad configuration file, --config
      naming two files
 slowdown check: 0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN (see its --help).

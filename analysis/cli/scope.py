@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from slowdown.analysis.cli.names import unknown_names
 from slowdown.analysis.cli.opening import open_all
 from slowdown.analysis.config import Config, ConfigError, load
 from slowdown.analysis.stats.baseline import BaselineBook
@@ -472,9 +473,17 @@ def open_reader(ctx: click.Context, dbs: Sequence[str], targets: Sequence[str],
                                    + "; ".join(why for _, why in skipped[:3])
                                    + ("; ..." if len(skipped) > 3 else ""))
     series = sorted({s for each in store_series for s in each})
-    return Reader(config, stores, tuple(targets), tuple(hosts), tuple(ops), moment, at is None,
-                  series, store_series, skipped=skipped, early=early, early_statistics=wanted,
-                  prepared=cluster_windows.Prepared.of(*asked, visited) if visit else None)
+    reader = Reader(config, stores, tuple(targets), tuple(hosts), tuple(ops), moment,
+                    at is None, series, store_series, skipped=skipped, early=early,
+                    early_statistics=wanted,
+                    prepared=cluster_windows.Prepared.of(*asked, visited) if visit else None)
+    mistake = unknown_names((reader.hosts, reader.targets, reader.ops), series, reader._lives,
+                            [t.name for t in config.targets],
+                            str(stores[0].path) if len(paths) == 1 else
+                            f"the {len(stores)} databases read")
+    if mistake:
+        raise click.ClickException(mistake)
+    return reader
 
 
 def load_config_or_exit(path: Path | None) -> Config:
