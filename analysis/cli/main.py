@@ -228,6 +228,7 @@ def rebaseline_command(ctx: click.Context, reason: str, dbs: tuple[str, ...], ta
     provisional_after (1d) of records it is provisional, and the service makes another once
     that much data exists."""
     import datetime as dt
+    import sqlite3
     import time
 
     from slowdown.analysis.cli.scope import parse_time_option
@@ -251,10 +252,10 @@ def rebaseline_command(ctx: click.Context, reason: str, dbs: tuple[str, ...], ta
                                   statistics=config.statistics,
                                   provisional_after=config.baseline.provisional_after)
                 lengths = _data_lengths(store, made)
-        except (StoreError, ValueError) as exc:
-            if len(paths) == 1:
-                raise click.ClickException(str(exc)) from None
+        except (StoreError, ValueError, sqlite3.DatabaseError) as exc:
             message = str(exc) if str(exc).startswith(str(path)) else f"{path}: {exc}"
+            if len(paths) == 1:
+                raise click.ClickException(message) from None
             click.echo(f"Error: {message}", err=True)
             failed.append(path)
             continue
