@@ -307,21 +307,32 @@ def run(probe: ProbeContext, duration: str | None, prepare_first: bool, verbose:
 
     for warning in caveats(config):
         log.warning("%s", warning.removeprefix("warning: "))  # the log says its level
-    if prepare_first:
-        from slowdown.probe.workspace import prepare
-        from slowdown.probe.workspace_errors import WorkspaceError
+    from slowdown.probe.start_state import StartState
 
-        for target in config.targets:
-            try:
-                report = prepare(target, config.host, progress=sys.stderr.isatty())
-            except (WorkspaceError, OSError) as exc:
-                log.error("target %s: %s", target.name, exc)
-                raise click.exceptions.Exit(1) from None
-            for note in report.notes:
-                log.warning("target %s: %s", target.name, note)
-            if report.shared is not None and report.shared.busy:  # probes start once ready
-                log.warning("target %s: %s", target.name, report.shared.describe())
-    sys.exit(run_service(config, duration=seconds))
+    with StartState(config, probe.environ) as told:  # readers: "preparing", "collecting"
+        if prepare_first:
+            _prepare_all(config, told, log)
+        told.tell("starting")
+        code = run_service(config, duration=seconds)
+    sys.exit(code)
+
+
+def _prepare_all(config: Config, told, log: logging.Logger) -> None:
+    """``run --prepare``: each target's workspace, before the service starts."""
+    from slowdown.probe.workspace import prepare
+    from slowdown.probe.workspace_errors import WorkspaceError
+
+    for target in config.targets:
+        told.tell("preparing", target.name)
+        try:
+            report = prepare(target, config.host, progress=sys.stderr.isatty())
+        except (WorkspaceError, OSError) as exc:
+            log.error("target %s: %s", target.name, exc)
+            raise click.exceptions.Exit(1) from None
+        for note in report.notes:
+            log.warning("target %s: %s", target.name, note)
+        if report.shared is not None and report.shared.busy:  # probes start once ready
+            log.warning("target %s: %s", target.name, report.shared.describe())
 
 
 @main.command("publish")

@@ -237,7 +237,7 @@ def test_a_second_service_is_refused_naming_the_first_and_cleanup_waits_for_it(t
 def test_locks_held_on_another_host_are_named(tmp_path):
     config = prepared(tmp_path)
     database = tmp_path / "db" / "slowdown.db"
-    database.parent.mkdir()
+    database.parent.mkdir(exist_ok=True)  # (prepare made it for its start state)
     with held_elsewhere(tmp_path / "db" / "slowdown.db.lock"):
         code, text = run_briefly(config, "--duration", "5s")
     assert code == 2

@@ -73,10 +73,12 @@ Exit status (the monitoring-plugin convention):
   2  CRITICAL  a slowdown above --critical, or an error rate above
                --errors-critical
   3  UNKNOWN   no numbers to judge: the service is collecting its first
-               minute ("collecting since ..., first numbers at ..."), the
-               newest record is older than --stale (a stopped service is
-               named: "service stopped; numbers from ..., 7m ago"), no data,
-               no such or a damaged database, a bad option or configuration
+               minute ("collecting since ..., first numbers at ...") or
+               preparing the workspaces, it is known to have stopped (its
+               last live state says so, or its process is gone: "service
+               stopped; numbers from ..., 7m ago"), the newest record is
+               older than --stale, no data, no such or a damaged database,
+               a name no file holds, a bad option or configuration
                (a warning level above the critical one, -w above -c or
                --errors-warning above --errors-critical, is one)
 The first line of output is "SLOWDOWN <STATE> - <text> | <perfdata>": per target
@@ -127,7 +129,7 @@ def check(ctx, dbs, targets, hosts, ops, at, window, statistic, warning, critica
             (parse_rate(errors_warning, "--errors-warning"),
              parse_rate(errors_critical, "--errors-critical")))
         reader = cli.open_reader(ctx, dbs, targets, hosts, ops, at, one_moment=True,
-                                 windows=[span], statistic=statistic)
+                                 windows=[span], statistic=statistic, waiting=True)
         stale_after = (cli.parse_duration_option(stale, "--stale") if stale is not None
                        else STALE + copies_every(reader))
     except click.ClickException as exc:
@@ -139,7 +141,7 @@ def check(ctx, dbs, targets, hosts, ops, at, window, statistic, warning, critica
     target_ops = reader.target_ops()
     states = reader.target_states()
     collecting = {t: ts for t, ts in states.items()
-                  if ts.state == cli.COLLECTING and t not in target_ops}
+                  if ts.state in cli.NOT_YET and t not in target_ops}
     if not target_ops:
         if collecting:
             click.echo("SLOWDOWN UNKNOWN - " + "; ".join(
@@ -154,10 +156,17 @@ def check(ctx, dbs, targets, hosts, ops, at, window, statistic, warning, critica
                   or 0) for s in reader.stores)
     states_of_numbers = {t: states[t] for t in target_ops if t in states}
     levels, parts, perf = [], [], []
-    if reader.now - (newest + 60) > stale_after:
+    halted = {t: ts for t, ts in states_of_numbers.items()  # no service behind the numbers
+              if ts.known_stopped or ts.state == cli.PREPARING}
+    if reader.now - (newest + 60) > stale_after or (halted and len(halted) == len(results)):
         click.echo(f"SLOWDOWN UNKNOWN - {_stale(reader, newest, states_of_numbers)}")
         sys.exit(UNKNOWN)
     for target, (ts,) in results.items():
+        if target in halted:  # the others judged, this one not: its service stopped
+            levels.append(UNKNOWN)
+            parts.append(f"{target} " + "; ".join(state_notes(halted[target], reader.now,
+                                                              len(reader.stores) > 1)))
+            continue
         value = ts.value
         failing = _worst_errors(ts)
         if value is None and (failing is None or not failing.error_rate):
@@ -184,7 +193,7 @@ def check(ctx, dbs, targets, hosts, ops, at, window, statistic, warning, critica
     # The worst state wins: CRITICAL, then WARNING, then UNKNOWN (a target without data).
     worst_state = next((s for s in (CRITICAL, WARNING, UNKNOWN) if s in levels), OK)
     label = f"{stat} over {format_duration(span)}"
-    notes = sorted({note for ts in states_of_numbers.values()
+    notes = sorted({note for t, ts in states_of_numbers.items() if t not in halted
                     for note in state_notes(ts, reader.now, len(reader.stores) > 1)})
     if reader.cluster:
         end = minute_of(reader.now)
@@ -250,6 +259,10 @@ def _stale(reader, newest: float, states: dict) -> str:
     """Why the newest record is old: the service stopped (and when its numbers end), or it
     runs and writes nothing (its database?), or nothing is known of it."""
     age = format_duration(max(0, round(reader.now - newest - 60)))
+    preparing = [ts for ts in states.values() if ts.state == cli.PREPARING]
+    if preparing and len(preparing) == len(states):
+        return (f"{collecting_text(preparing[0], reader.now)}; numbers from "
+                f"{format_clock(newest, reader.now)}, {format_age(reader.now - newest)} ago")
     stopped = [ts for ts in states.values() if ts.state == cli.STOPPED]
     if stopped and len(stopped) == len(states):
         hosts = sorted({h for ts in stopped for h, s in ts.hosts.items() if s == cli.STOPPED})

@@ -111,13 +111,16 @@ Service states (of each database's service, from the live state beside it):
   collecting  the service runs but has written no minute yet: "collecting
               since ..., first numbers at ..." (the first minute boundary
               after its first tick)
-  stopped     no fresh live state: the newest numbers, "service stopped;
-              numbers from ..., 7m ago"
+  preparing   slowdown-probe prepare (or run --prepare) makes the
+              workspaces: "preparing since ...", the database not there yet
+  stopped     no fresh live state, its stopped mark, or its process gone:
+              the newest numbers, "service stopped; numbers from ..., 7m ago"
 With --at no state is shown: a live state tells only of now.
 
 \b
 Exit status:
-  0  numbers or a service state shown (running, collecting, stopped)
+  0  numbers or a service state shown (running, collecting, preparing,
+     stopped)
   1  nothing to show: no such database, no numbers and no service running,
      a damaged database, a --target, --host or --op that no file holds
   2  usage error: a bad option or value, a bad configuration file, --config

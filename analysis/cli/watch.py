@@ -15,8 +15,9 @@ from slowdown.analysis.units import format_clock, format_duration, format_latenc
 
 EPILOG = """\b
 Each target shows its numbers, or "collecting since ..., first numbers at ..."
-while its service has written no minute yet (watch keeps refreshing until the
-numbers come); a stopped service is named, with the age of its newest numbers.
+while its service has written no minute yet, or "preparing since ..." while
+slowdown-probe makes the workspaces (watch keeps refreshing until the numbers
+come); a stopped service is named, with the age of its newest numbers.
 
 \b
 Exit status:
@@ -46,7 +47,7 @@ def watch(ctx, dbs, targets, hosts, ops, at, statistic, interval, count):
         live_view.start()
     try:
         while count is None or shown < count:
-            reader = cli.open_reader(ctx, dbs, targets, hosts, ops, at)
+            reader = cli.open_reader(ctx, dbs, targets, hosts, ops, at, waiting=True)
             text = _watch_frame(cli, reader, statistic, verdicts)
             for s in reader.stores:
                 s.close()
@@ -86,7 +87,7 @@ def _watch_frame(cli, reader, statistic, verdict_cache: dict | None = None) -> s
     results = target_slowdowns(reader.stores, reader.book(), list(target_ops), target_ops,
                                reader.config.windows, stat, reader.now, hosts=reader.hosts,
                                live_stuck=stuck)
-    names = sorted({*results, *(t for t, s in states.items() if s.state == cli.COLLECTING)})
+    names = sorted({*results, *(t for t, s in states.items() if s.state in cli.NOT_YET)})
     verdicts = _fleet_verdicts(reader, target_ops, {} if verdict_cache is None
                                else verdict_cache)
     lines = [f"{format_clock(reader.now)}  slowdown ({stat})"]
@@ -112,6 +113,7 @@ def _watch_frame(cli, reader, statistic, verdict_cache: dict | None = None) -> s
         lines.append(f"  {reader.nothing_to_show()}")
     for service in reader.services():
         said = {cli.RUNNING: "running", cli.COLLECTING: "running, collecting its first minute",
+                cli.PREPARING: "not running yet: preparing the workspaces",
                 cli.STOPPED: "not running"}[service.state]
         if service.state == cli.STOPPED and service.last_seen is not None:
             said += f" (last seen {format_clock(service.last_seen, reader.now)})"
