@@ -16,6 +16,8 @@ import time
 import pytest
 
 from slowdown.analysis.cli.scope import LIVE_FRESH
+from slowdown.analysis.units import format_clock
+from tests.datakit import fill, lognormal
 from tests.reliabilitykit import offset_env, offset_to
 from tests.servicekit import (
     TargetSpec,
@@ -117,3 +119,28 @@ def test_check_is_unknown_as_soon_as_the_service_is_known_to_have_stopped(one_ta
         assert asked - last < LIVE_FRESH, (asked, last)
     (line,) = read(config, offset=offset).stdout.splitlines()
     assert "service stopped; numbers from " in line, line
+
+
+def test_check_over_a_cluster_judges_the_running_and_names_the_stopped(tmp_path):
+    """n1's service runs (work), n2's stopped a minute ago, saying so (scratch): scratch is
+    UNKNOWN, work is judged; live states written by the test in the service's form."""
+    now = time.time()
+    minute = int(now // 60 * 60)
+    for host, target, live_state in (
+            ("n1", "work", {"updated": now}),
+            ("n2", "scratch", {"updated": minute - 50, "stopped": minute - 50})):
+        db = tmp_path / f"{host}.db"
+        fill(db, minute - 3600, 60, lognormal(0.001), host=host, targets=(target,))
+        db.with_name(db.name + ".live.json").write_text(json.dumps({
+            "host": host, "pid": 1, "started": minute - 3600, "interval": 1.0,
+            "targets": {target: {"ticks": 3600, "last_tick": live_state["updated"],
+                                 "in_flight": [], "last": {}}}, **live_state}))
+    done = subprocess.run([sys.executable, "-m", "slowdown.analysis.cli", "check", "--db",
+                           str(tmp_path / "n*.db"), "-w", "100", "-c", "1000"],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 3, done.stdout
+    text = done.stdout.split(" | ")[0]
+    assert text.startswith("SLOWDOWN UNKNOWN - median over 10m: scratch service stopped on "
+                           f"n2; numbers from {format_clock(minute - 60)}, "), text
+    assert ", work 1.0 (" in text, text
+    assert "'work'=" in done.stdout and "'scratch'=" not in done.stdout
