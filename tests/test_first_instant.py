@@ -44,6 +44,31 @@ def state(config, offset: float = 0.0) -> str:
 
 
 @pytest.mark.root
+@pytest.mark.timeout(60)
+def test_a_first_prepare_alone_is_said_and_then_nothing_is_claimed(faultfs, tmp_path):
+    database = tmp_path / "db" / "slowdown.db"
+    config = write_config(tmp_path / "slowdown.toml", database,
+                          [TargetSpec("one", faultfs.mountpoint / "t")])
+    faultfs.hang(["mkdir"], path="t")
+    with open(tmp_path / "prepare.log", "wb") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "slowdown.probe.cli", "--config",
+                                 str(config), "prepare", "--no-progress"],
+                                stdout=log, stderr=subprocess.STDOUT)
+    try:
+        faultfs.wait_hung(timeout=30)
+        done = read(config)
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert done.stdout.split()[2:4] == ["one", "preparing"], done.stdout
+    finally:
+        faultfs.release()
+        assert proc.wait(timeout=30) == 0, (tmp_path / "prepare.log").read_text()
+    done = read(config)  # prepared, no service: as before, nothing to show
+    assert done.returncode == 1 and "no such database" in done.stderr, done.stderr
+    assert "slowdown-probe" not in done.stderr
+    assert not database.with_name(database.name + ".start.json").exists()
+
+
+@pytest.mark.root
 @pytest.mark.timeout(120)
 def test_the_first_slowdown_says_preparing_then_collecting(faultfs, tmp_path):
     database = tmp_path / "db" / "slowdown.db"  # no directory yet, as in a new account
