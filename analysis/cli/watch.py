@@ -22,7 +22,8 @@ come); a stopped service is named, with the age of its newest numbers.
 \b
 Exit status:
   0  stopped after --count refreshes, or by Ctrl-C
-  1  no such database, or a damaged one
+  1  no such database (none being prepared or started either), a damaged
+     one, or a --target, --host or --op that no file holds
   2  usage error: a bad option or value, a bad configuration file, --config
      naming two files
 """
