@@ -121,7 +121,7 @@ def test_a_rebaseline_from_minutes_of_data_stays_provisional_and_says_how_long(t
     assert all(b.value > 0.0015 for b in now_in_force if b.statistic == "median")
 
 
-def test_a_rebaseline_from_a_day_of_data_is_not_provisional(two_targets):
+def test_a_rebaseline_over_a_day_holding_two_hours_of_records_is_provisional(two_targets):
     code, out = run("rebaseline", "--db", str(two_targets), "--reason", "x", "--from",
                     "2026-11-01T00:00:00Z", "--to", "2026-11-02T00:00:00Z")
     assert code == 0, out
