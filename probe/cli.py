@@ -24,6 +24,7 @@ import click
 from slowdown.analysis.config import (
     Config,
     ConfigError,
+    ConfigErrors,
     default_config_paths,
     find_config_path,
     load_config,
@@ -91,14 +92,28 @@ class ConfigGroup(click.Group):
         if command is not None and not any(
                 isinstance(p, click.Option) and "--config" in p.opts for p in command.params):
             command.params.append(click.Option(
-                ["--config", "config_after"], type=click.Path(path_type=Path), default=None,
+                ["--config", "config_after"], type=click.Path(path_type=Path), multiple=True,
                 expose_value=False, is_eager=True, callback=_config_after, metavar="FILE",
                 help="Configuration file (the same as --config before the command)."))
         return command
 
 
-def _config_after(ctx: click.Context, _param: click.Parameter, value: Path | None) -> None:
+def one_config(values: tuple[Path, ...]) -> Path | None:
+    """The one file ``--config`` names on one side of the command (given any number of
+    times); a usage error when it names two: click alone would take the last in silence.
+    (``slowdown`` has its twin in ``analysis/cli/main.py``: probe may not import that.)"""
+    files = list(dict.fromkeys(os.path.abspath(v) for v in values))
+    if len(files) > 1:
+        raise click.UsageError(f"--config names two files: {values[0]} and "
+                               f"{next(v for v in values if os.path.abspath(v) != files[0])}; "
+                               "give one")
+    return values[0] if values else None
+
+
+def _config_after(ctx: click.Context, _param: click.Parameter,
+                  values: tuple[Path, ...]) -> None:
     """``--config`` after the command: the group's file, or a usage error naming both."""
+    value = one_config(values)
     if value is None:
         return
     probe = ctx.ensure_object(ProbeContext)
@@ -112,17 +127,17 @@ def _config_after(ctx: click.Context, _param: click.Parameter, value: Path | Non
 @click.group(cls=ConfigGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option(
     "--config",
-    "config_path",
+    "config_paths",
     type=click.Path(path_type=Path),
-    default=None,
+    multiple=True,
     help="Configuration file (default: $SLOWDOWN_CONFIG, ~/.config/slowdown/slowdown.toml, "
     "/etc/slowdown/slowdown.toml, else built-in defaults).",
 )
 @click.version_option(_version(), "--version", prog_name="slowdown-probe")
 @click.pass_context
-def main(ctx: click.Context, config_path: Path | None) -> None:
+def main(ctx: click.Context, config_paths: tuple[Path, ...]) -> None:
     """Measure user-perceived filesystem latency: prepare workspaces, run the probes."""
-    ctx.obj = ProbeContext(config_path=config_path)
+    ctx.obj = ProbeContext(config_path=one_config(config_paths))
 
 
 @main.command("check-config")
@@ -135,11 +150,24 @@ def check_config(probe: ProbeContext, file: Path | None, nodes: int) -> None:
 
     FILE, when given, is checked instead of the file --config or the search would find.
     """
+    from slowdown.analysis.config.caveats import caveats
+    from slowdown.probe.target_places import target_places
+
     if file is not None:
         probe = ProbeContext(config_path=file, environ=probe.environ)
     config = probe.config()
-    for line in describe_config(config, probe.environ, nodes=nodes):
+    places = target_places(config)
+    for warning in [*caveats(config), *places.warnings]:
+        click.echo(warning, err=True)
+    lines = describe_config(config, probe.environ, nodes=nodes)
+    if places.errors:  # prepare would fail there: the summary (footprints) all the same
+        lines[-1] = (f"configuration has {len(places.errors)} "
+                     f"error{'s' if len(places.errors) > 1 else ''} (on standard error)")
+    for line in lines:
         click.echo(line)
+    if places.errors:
+        report_config_errors(ConfigErrors(places.errors))
+        raise click.exceptions.Exit(EXIT_CONFIG_ERROR)
 
 
 def describe_config(config: Config, environ: Mapping[str, str] = os.environ, *,
@@ -169,6 +197,7 @@ def describe_config(config: Config, environ: Mapping[str, str] = os.environ, *,
         "publish        " + (f"{config.publish.dir}/{config.host}.db every "
                              f"{format_duration(config.publish.every)}" if config.publish
                              else "off"),
+        f"fleet          {_describe_fleet(config)}",
     ]
     total_bytes = total_inodes = 0
     for target in config.targets:
@@ -217,6 +246,20 @@ def _describe_metrics(config: Config) -> str:
     return "; ".join(ways)
 
 
+def _describe_fleet(config: Config) -> str:
+    """Where the verdict's peers are read and what decides it, or why there is none."""
+    fleet = config.fleet
+    if fleet is None:
+        return "off (no verdict on a slowdown: this node or the filesystem)"
+    source = (f"Prometheus {fleet.prometheus} (timeout {format_duration(fleet.timeout)})"
+              if fleet.prometheus else f"databases {', '.join(fleet.databases)}")
+    return (f"{source}\n               the {fleet.statistic} over "
+            f"{format_duration(fleet.window)}; slow at {fleet.slow:g} or more; "
+            f'"filesystem" when {fleet.share:.0%} or more of the fresh peers are slow; '
+            f'"unknown" under {fleet.min_peers} fresh peers (fresh: numbers newer than '
+            f"{format_duration(fleet.stale)})")
+
+
 def _database_note(config: Config, environ: Mapping[str, str]) -> str:
     """Why the database is where it is, when it is the default moved off a shared home, and
     what the service will say of its filesystem."""
@@ -262,21 +305,36 @@ def run(probe: ProbeContext, duration: str | None, prepare_first: bool, verbose:
         for single in error.errors:
             log.error("%s", single)
         raise click.exceptions.Exit(EXIT_CONFIG_ERROR) from None
-    if prepare_first:
-        from slowdown.probe.workspace import prepare
-        from slowdown.probe.workspace_errors import WorkspaceError
+    from slowdown.analysis.config.caveats import caveats
 
-        for target in config.targets:
-            try:
-                report = prepare(target, config.host, progress=sys.stderr.isatty())
-            except (WorkspaceError, OSError) as exc:
-                log.error("target %s: %s", target.name, exc)
-                raise click.exceptions.Exit(1) from None
-            for note in report.notes:
-                log.warning("target %s: %s", target.name, note)
-            if report.shared is not None and report.shared.busy:  # probes start once ready
-                log.warning("target %s: %s", target.name, report.shared.describe())
-    sys.exit(run_service(config, duration=seconds))
+    for warning in caveats(config):
+        log.warning("%s", warning.removeprefix("warning: "))  # the log says its level
+    from slowdown.probe.start_state import StartState
+
+    with StartState(config, probe.environ) as told:  # readers: "preparing", "collecting"
+        if prepare_first:
+            _prepare_all(config, told, log)
+        told.tell("starting")
+        code = run_service(config, duration=seconds)
+    sys.exit(code)
+
+
+def _prepare_all(config: Config, told, log: logging.Logger) -> None:
+    """``run --prepare``: each target's workspace, before the service starts."""
+    from slowdown.probe.workspace import prepare
+    from slowdown.probe.workspace_errors import WorkspaceError
+
+    for target in config.targets:
+        told.tell("preparing", target.name)
+        try:
+            report = prepare(target, config.host, progress=sys.stderr.isatty())
+        except (WorkspaceError, OSError) as exc:
+            log.error("target %s: %s", target.name, exc)
+            raise click.exceptions.Exit(1) from None
+        for note in report.notes:
+            log.warning("target %s: %s", target.name, note)
+        if report.shared is not None and report.shared.busy:  # probes start once ready
+            log.warning("target %s: %s", target.name, report.shared.describe())
 
 
 @main.command("publish")

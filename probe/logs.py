@@ -1,13 +1,19 @@
-"""Logging for a service: one line per event, journald priority prefixes, repeats rate-limited.
+"""Logging for a service: one line per event, dated where no journal dates it, repeats
+rate-limited.
 
-Under systemd (``$JOURNAL_STREAM`` set, or stderr not a terminal) each line starts with
-``<N>``, the syslog priority journald reads; in a terminal lines carry a time instead.
-A warning that repeats (same logger, same message template, same arguments but for the
-measured numbers in them) is let through once a minute, with a count of what was held back.
+Where stderr is the journal (systemd's ``$JOURNAL_STREAM`` names stderr's device and inode)
+each line starts with ``<N>``, the syslog priority journald reads, and carries no time: the
+journal adds its own. Anywhere else (a terminal, a file, a pipe; under systemd too when
+stderr was sent elsewhere) each line starts with its ISO time, with the zone, and its level,
+so that an incident can be dated from the file alone. A warning that repeats (same logger,
+same message template, same arguments but for the measured numbers in them) is let through
+once a minute, with a count of what was held back.
 """
 
 from __future__ import annotations
 
+import datetime as dt
+import io
 import logging
 import os
 import sys
@@ -19,10 +25,40 @@ _PRIORITY = {logging.DEBUG: 7, logging.INFO: 6, logging.WARNING: 4, logging.ERRO
 
 
 class JournalFormatter(logging.Formatter):
+    """``<N>name: message``, on one line: journald reads the priority and adds the time."""
+
     def format(self, record: logging.LogRecord) -> str:
         text = super().format(record).replace("\n", " | ")
         level = max((lv for lv in _PRIORITY if lv <= record.levelno), default=logging.DEBUG)
         return f"<{_PRIORITY[level]}>{text}"
+
+
+class DatedFormatter(logging.Formatter):
+    """``2026-11-27T17:42:07.123+01:00 WARNING name: message``, on one line: the local time
+    with its zone, as nothing else dates the line."""
+
+    def __init__(self) -> None:
+        super().__init__("%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+    def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:
+        moment = dt.datetime.fromtimestamp(record.created, dt.timezone.utc).astimezone()
+        return moment.isoformat(timespec="milliseconds")
+
+    def format(self, record: logging.LogRecord) -> str:
+        return super().format(record).replace("\n", " | ")
+
+
+def to_journal(stream, environ=os.environ) -> bool:
+    """Whether ``stream`` is systemd's journal stream: ``$JOURNAL_STREAM`` is the device and
+    inode of the journal's socket as systemd connected it, inherited by every child whether
+    or not its stderr still goes there; only a stream that is that very socket is."""
+    given = environ.get("JOURNAL_STREAM", "")
+    try:
+        device, inode = (int(part) for part in given.split(":"))
+        st = os.fstat(stream.fileno())
+    except (ValueError, OSError, AttributeError, io.UnsupportedOperation):
+        return False
+    return (st.st_dev, st.st_ino) == (device, inode)
 
 
 class RateLimit(logging.Filter):
@@ -55,12 +91,10 @@ class RateLimit(logging.Filter):
 def setup(verbose: bool = False, stream=None) -> None:
     stream = stream or sys.stderr
     handler = logging.StreamHandler(stream)
-    journal = bool(os.environ.get("JOURNAL_STREAM")) or not stream.isatty()
-    if journal:
+    if to_journal(stream):
         handler.setFormatter(JournalFormatter("%(name)s: %(message)s"))
     else:
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s",
-                                               "%H:%M:%S"))
+        handler.setFormatter(DatedFormatter())
     handler.addFilter(RateLimit())
     root = logging.getLogger()
     root.handlers[:] = [handler]

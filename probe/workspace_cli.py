@@ -21,6 +21,7 @@ from slowdown.probe.cleanup import cleanup, describe
 from slowdown.probe.manifest import ManifestError
 from slowdown.probe.shared import inspect_shared, shared_paths
 from slowdown.probe.shared_cleanup import cleanup_shared
+from slowdown.probe.start_state import StartState
 from slowdown.probe.workspace import prepare
 from slowdown.probe.workspace_errors import WorkspaceError
 
@@ -85,8 +86,19 @@ def prepare_command(ctx: click.Context, target_names: tuple[str, ...], progress:
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--wait") from None
     config = _config(ctx)
+    with StartState(config) as told:  # readers say "preparing" meanwhile
+        failed = _prepare_each(config, _targets(config, target_names), told, progress,
+                               md_workbench_status, wait_seconds)
+    if failed:
+        ctx.exit(1)
+
+
+def _prepare_each(config: Any, targets: list[Any], told: StartState, progress: bool,
+                  md_workbench_status: Path | None, wait_seconds: float) -> bool:
+    """Prepare each target, saying what was done; True when one failed."""
     failed = False
-    for target in _targets(config, target_names):
+    for target in targets:
+        told.tell("preparing", target.name)
         try:
             report = prepare(target, config.host, progress=progress,
                              md_workbench_status=md_workbench_status, wait=wait_seconds)
@@ -111,8 +123,7 @@ def prepare_command(ctx: click.Context, target_names: tuple[str, ...], progress:
             failed = True
         elif report.shared is not None:
             click.echo(f"{target.name}: {report.shared.describe()}")
-    if failed:
-        ctx.exit(1)
+    return failed
 
 
 @click.command("cleanup")

@@ -53,17 +53,21 @@ def probe_cli(config: Path, *args: str, timeout: float = 120) -> subprocess.Comp
 
 
 def start_service(config: Path, *args: str, env: dict | None = None,
-                  wrap: list[str] | None = None) -> subprocess.Popen:
+                  wrap: list[str] | None = None, journal: bool = False) -> subprocess.Popen:
     """The service, its output in files: a worker stuck in a hung filesystem outlives the
     service and would keep a pipe open, so reading the service's output to EOF could block.
-    ``wrap``: a command that runs it (``setpriv ... --``), without a shell."""
+    ``wrap``: a command that runs it (``setpriv ... --``), without a shell. ``journal``: the
+    file is named by $JOURNAL_STREAM, as systemd names the journal's socket (the service then
+    writes the journal's lines, without a time)."""
     with tempfile.NamedTemporaryFile(prefix="slowdown-service-", suffix=".log",
                                      delete=False) as log:
+        st = os.fstat(log.fileno())
+        stream = {"JOURNAL_STREAM": f"{st.st_dev}:{st.st_ino}"} if journal else {}
         proc = subprocess.Popen(
             [*(wrap or []), sys.executable, "-m", "slowdown.probe.cli", "--config", str(config),
              "run", *args],
             stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-            env={**os.environ, **(env or {})},
+            env={**os.environ, **(env or {}), **stream},
         )
     proc.log_path = Path(log.name)  # type: ignore[attr-defined]
     return proc

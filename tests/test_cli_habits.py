@@ -184,3 +184,43 @@ def test_confidence_shares_the_rule(configured, written):
                     "--provision", "1000", "--confidence", written, "--trials", "100", "--json")
     assert code == 0, out
     assert json.loads(out)["provision"]["confidence"] == pytest.approx(0.95)
+
+
+# Where --config stands twice: before the command, after it, on both sides.
+TWICE = {"before": ("ab", ""), "after": ("", "ab"), "both sides": ("a", "b")}
+
+
+def _twice(where: str, a, b, command: tuple[str, ...]) -> list[str]:
+    """``command`` with ``--config a`` and ``--config b`` where ``where`` says."""
+    named = {"a": str(a), "b": str(b)}
+    before, after = ([arg for c in side for arg in ("--config", named[c])]
+                     for side in TWICE[where])
+    return [*before, command[0], *after, *command[1:]]
+
+
+@pytest.mark.parametrize("where", TWICE)
+@pytest.mark.parametrize("args", READ_COMMANDS, ids=[a[0] for a in READ_COMMANDS])
+def test_config_naming_two_files_is_refused_wherever_it_stands(configured, other, args, where):
+    command = _twice(where, configured, other, args)
+    code, out = run(*command)
+    assert code == (3 if args[0] == "check" else 2), (command, out)
+    assert "--config names two files: " in out and str(other) in out, (command, out)
+    if args[0] == "check":
+        assert out.startswith("SLOWDOWN UNKNOWN - ") and len(out.splitlines()) == 1, out
+
+
+@pytest.mark.parametrize("args", READ_COMMANDS, ids=[a[0] for a in READ_COMMANDS])
+def test_the_same_config_twice_before_the_command_is_one(configured, args):
+    code, out = run("--config", str(configured), "--config", str(configured), *args)
+    assert code == 0, out
+
+
+@pytest.mark.parametrize("where", TWICE)
+@pytest.mark.parametrize("command", ["check-config", "run", "prepare", "cleanup",
+                                     "systemd-dropin"])
+def test_probe_config_naming_two_files_is_refused_wherever_it_stands(tmp_path, configured,
+                                                                    other, command, where):
+    args = _twice(where, configured, other, (command,))
+    code, out = run(*args, command=probe_main)
+    assert code == 2 and "--config names two files: " in out, (args, out)
+    assert not (tmp_path / "other.db").exists()  # nothing started

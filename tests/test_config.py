@@ -866,12 +866,16 @@ def test_alert_rule_matching(environ):
 
 
 
-def test_check_config_accepts_the_reference():
-    result = runner().invoke(main, ["--config", str(REFERENCE), "check-config"])
+def test_check_config_accepts_the_reference(tmp_path):
+    """The reference as it is, its work target under a /lustre/work that exists here."""
+    (tmp_path / "lustre" / "work").mkdir(parents=True)
+    copy = tmp_path / "slowdown.toml"
+    copy.write_text(REFERENCE.read_text().replace('"/lustre/', f'"{tmp_path}/lustre/'))
+    result = runner().invoke(main, ["--config", str(copy), "check-config"])
     assert result.exit_code == 0, result.output
-    assert f"configuration  {REFERENCE}" in result.output
+    assert f"configuration  {copy}" in result.output
     assert "target work" in result.output
-    assert "/lustre/work/slowdown-probe/.slowdown/" in result.output
+    assert f"{tmp_path}/lustre/work/slowdown-probe/.slowdown/" in result.output
     assert "alerts         2 (work-slow, any-stuck)" in result.output
     assert result.output.rstrip().endswith("configuration OK")
 

@@ -84,8 +84,8 @@ def run_briefly(config: Path, *args: str, timeout: float = 30, env: dict | None 
 
 
 def one_error(text: str) -> str:
-    """The service's one error line (journal priority 3), and no traceback."""
-    errors = [line for line in text.splitlines() if line.startswith("<3>")]
+    """The service's one error line (its output is a file: dated lines), and no traceback."""
+    errors = [line for line in text.splitlines() if line.split(" ", 2)[1:2] == ["ERROR"]]
     assert len(errors) == 1 and "Traceback" not in text, text
     return errors[0]
 
@@ -237,7 +237,7 @@ def test_a_second_service_is_refused_naming_the_first_and_cleanup_waits_for_it(t
 def test_locks_held_on_another_host_are_named(tmp_path):
     config = prepared(tmp_path)
     database = tmp_path / "db" / "slowdown.db"
-    database.parent.mkdir()
+    database.parent.mkdir(exist_ok=True)  # (prepare made it for its start state)
     with held_elsewhere(tmp_path / "db" / "slowdown.db.lock"):
         code, text = run_briefly(config, "--duration", "5s")
     assert code == 2

@@ -490,14 +490,16 @@ def _expected(nodes: int, data: int, write: int | None) -> tuple[int, int]:
 @pytest.mark.timeout(30)
 def test_check_config_states_the_footprint_of_a_cluster(tmp_path: Path) -> None:
     path = tmp_path / "slowdown.toml"
-    path.write_text(textwrap.dedent("""\
+    for parent in ("lustre/work", "nfs/home"):  # where prepare can make the targets
+        (tmp_path / parent).mkdir(parents=True)
+    path.write_text(textwrap.dedent(f"""\
         host = "node01"
         [[target]]
         name = "work"
-        path = "/lustre/work/slowdown-probe"
+        path = "{tmp_path}/lustre/work/slowdown-probe"
         [[target]]
         name = "home"
-        path = "/nfs/home/slowdown-probe"
+        path = "{tmp_path}/nfs/home/slowdown-probe"
         data_file = "own"
         data_size = "1GiB"
     """))
@@ -516,8 +518,8 @@ def test_check_config_states_the_footprint_of_a_cluster(tmp_path: Path) -> None:
         total = (f"footprint      all targets, {nodes:,} node{'s' if nodes > 1 else ''}: "
                  f"{format_size(work[0] + home[0])} and {work[1] + home[1]:,} inodes")
         assert total in result.output
-    assert "/lustre/work/slowdown-probe/.slowdown/shared/data.bin, 64GiB, read by every " \
-        'node (data_file = "shared")' in result.output
+    assert f"{tmp_path}/lustre/work/slowdown-probe/.slowdown/shared/data.bin, 64GiB, read by " \
+        'every node (data_file = "shared")' in result.output
     assert "write file   write.bin in the workspace, 256MiB" in result.output
     assert 'data.bin in the workspace, 1GiB (data_file = "own")' in result.output
     assert "(inodes: pool_files + pool_dirs + 5)" in result.output

@@ -84,10 +84,14 @@ Exit status (the monitoring-plugin convention):
                not reaching PATH since ..."), or did not while it was
                deleted or replaced within the window
   3  UNKNOWN   no numbers to judge: the service is collecting its first
-               minute ("collecting since ..., first numbers at ..."), the
-               newest record is older than --stale (a stopped service is
-               named: "service stopped; numbers from ..., 7m ago"), no data,
-               no such or a damaged database, a bad option or configuration
+               minute ("collecting since ..., first numbers at ...") or
+               preparing the workspaces, it is known to have stopped (its
+               last live state says so, or its process is gone: "service
+               stopped; numbers from ..., 7m ago"), the newest record is
+               older than --stale, no data, no such or a damaged database,
+               a name no file holds, a bad option or configuration
+               (a warning level above the critical one, -w above -c or
+               --errors-warning above --errors-critical, is one)
 The first line of output is "SLOWDOWN <STATE> - <text> | <perfdata>": per target
 its slowdown ('work'=1.020;3;10;0) and its worst op's error rate in percent
 ('work errors'=93.3%;5;25;0;100); the text names an op that failed and its rate.
@@ -132,14 +136,17 @@ def check(ctx, dbs, targets, hosts, ops, at, window, statistic, warning, critica
     """Monitoring-plugin mode: exit 0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN, with perfdata."""
     try:
         span = cli.parse_duration_option(window, "--window")
+        config = ctx.obj["config"]()
+        stat = cli.parse_statistic_option(statistic) if statistic else config.statistics[0]
+        warn, crit, errors_warn, errors_crit = _all_levels(
+            config, span, stat, (warning, critical),
+            (parse_rate(errors_warning, "--errors-warning"),
+             parse_rate(errors_critical, "--errors-critical")))
+        full_level = parse_rate(full, "--full")
         reader = cli.open_reader(ctx, dbs, targets, hosts, ops, at, one_moment=True,
-                                 windows=[span], statistic=statistic)
+                                 windows=[span], statistic=statistic, waiting=True)
         stale_after = (cli.parse_duration_option(stale, "--stale") if stale is not None
                        else STALE + copies_every(reader))
-        stat = cli.parse_statistic_option(statistic) if statistic else reader.config.statistics[0]
-        errors_warn = parse_rate(errors_warning, "--errors-warning")
-        errors_crit = parse_rate(errors_critical, "--errors-critical")
-        full_level = parse_rate(full, "--full")
     except cli.NotLanding as exc:  # the file cannot be read, and its service says why
         click.echo(f"SLOWDOWN CRITICAL - {exc.format_message()}")
         sys.exit(CRITICAL)
@@ -149,15 +156,10 @@ def check(ctx, dbs, targets, hosts, ops, at, window, statistic, warning, critica
     except click.exceptions.Exit:  # the configuration's mistakes, listed on standard error
         click.echo("SLOWDOWN UNKNOWN - the configuration has errors (listed on standard error)")
         sys.exit(UNKNOWN)
-    warn, crit = _levels((warning, critical), _thresholds(reader.config, "slowdown", span, stat),
-                         (3.0, 10.0))
-    errors_warn, errors_crit = _levels((errors_warn, errors_crit),
-                                       _thresholds(reader.config, "error_rate", span),
-                                       (ERRORS_WARNING, ERRORS_CRITICAL))
     target_ops = reader.target_ops()
     states = reader.target_states()
     collecting = {t: ts for t, ts in states.items()
-                  if ts.state == cli.COLLECTING and t not in target_ops}
+                  if ts.state in cli.NOT_YET and t not in target_ops}
     if not target_ops:
         if collecting:
             click.echo("SLOWDOWN UNKNOWN - " + "; ".join(
@@ -175,13 +177,20 @@ def check(ctx, dbs, targets, hosts, ops, at, window, statistic, warning, critica
     # Records that do not reach the file, or did not while it was deleted or replaced
     # within the window: CRITICAL, whatever the numbers (store/landing.py).
     lost = landing_notes(reader.services(), reader.now - span, reader.now, reader.now)
-    if reader.now - (newest + 60) > stale_after:
+    halted = {t: ts for t, ts in states_of_numbers.items()  # no service behind the numbers
+              if ts.known_stopped or ts.state == cli.PREPARING}
+    if reader.now - (newest + 60) > stale_after or (halted and len(halted) == len(results)):
         text = "; ".join(lost) or _stale(reader, newest, states_of_numbers)
         click.echo(f"SLOWDOWN {'CRITICAL' if lost else 'UNKNOWN'} - {text}")
         sys.exit(CRITICAL if lost else UNKNOWN)
     if lost:
         levels.append(CRITICAL)
     for target, (ts,) in results.items():
+        if target in halted:  # the others judged, this one not: its service stopped
+            levels.append(UNKNOWN)
+            parts.append(f"{target} " + "; ".join(state_notes(halted[target], reader.now,
+                                                              len(reader.stores) > 1)))
+            continue
         value = ts.value
         failing = _worst_errors(ts)
         if value is None and (failing is None or not failing.error_rate):
@@ -215,7 +224,7 @@ def check(ctx, dbs, targets, hosts, ops, at, window, statistic, warning, critica
     # The worst state wins: CRITICAL, then WARNING, then UNKNOWN (a target without data).
     worst_state = next((s for s in (CRITICAL, WARNING, UNKNOWN) if s in levels), OK)
     label = f"{stat} over {format_duration(span)}"
-    notes = lost + sorted({note for ts in states_of_numbers.values()
+    notes = lost + sorted({note for t, ts in states_of_numbers.items() if t not in halted
                            for note in state_notes(ts, reader.now, len(reader.stores) > 1)})
     if reader.cluster:
         end = minute_of(reader.now)
@@ -239,6 +248,37 @@ def _levels(given: tuple, configured: tuple, defaults: tuple) -> tuple[float, fl
                  for g, c, d in zip(given, configured, defaults))
 
 
+def _all_levels(config, span: float, stat: str, slowdown: tuple, errors: tuple
+                ) -> tuple[float, float, float, float]:
+    """The slowdown's and the error rate's warning and critical levels (the options', else
+    the alert rules', else the defaults); a usage error when a warning level is above its
+    critical one."""
+    slowdown_levels = (slowdown, _thresholds(config, "slowdown", span, stat), (3.0, 10.0))
+    error_levels = (errors, _thresholds(config, "error_rate", span),
+                    (ERRORS_WARNING, ERRORS_CRITICAL))
+    disordered = (_disordered(*slowdown_levels, ("-w/--warning", "-c/--critical"), "{:g}")
+                  or _disordered(*error_levels, ("--errors-warning", "--errors-critical"),
+                                 "{:.3g}%", 100))
+    if disordered:
+        raise click.UsageError(disordered)
+    return (*_levels(*slowdown_levels), *_levels(*error_levels))  # type: ignore[return-value]
+
+
+def _disordered(given: tuple, configured: tuple, defaults: tuple, flags: tuple[str, str],
+                form: str, scale: float = 1.0) -> str | None:
+    """Why a warning level above the critical one is refused (None when in order): such a
+    pair never says WARNING before CRITICAL, so it is a usage error naming both levels and
+    where each came from."""
+    warn, crit = _levels(given, configured, defaults)
+    if warn <= crit:
+        return None
+    whence = [("" if g is not None else " (from the alert rules)" if c is not None
+               else " (the default)") for g, c in zip(given, configured)]
+    return (f"{flags[0]} {form.format(warn * scale)}{whence[0]} is above {flags[1]} "
+            f"{form.format(crit * scale)}{whence[1]}: the warning level must not be above "
+            "the critical one")
+
+
 def _worst_errors(ts):
     """The op of a target with the highest error rate in the window (the first of equals),
     None when no op was attempted."""
@@ -250,6 +290,10 @@ def _stale(reader, newest: float, states: dict) -> str:
     """Why the newest record is old: the service stopped (and when its numbers end), or it
     runs and writes nothing (its database?), or nothing is known of it."""
     age = format_duration(max(0, round(reader.now - newest - 60)))
+    preparing = [ts for ts in states.values() if ts.state == cli.PREPARING]
+    if preparing and len(preparing) == len(states):
+        return (f"{collecting_text(preparing[0], reader.now)}; numbers from "
+                f"{format_clock(newest, reader.now)}, {format_age(reader.now - newest)} ago")
     stopped = [ts for ts in states.values() if ts.state == cli.STOPPED]
     if stopped and len(stopped) == len(states):
         hosts = sorted({h for ts in stopped for h, s in ts.hosts.items() if s == cli.STOPPED})

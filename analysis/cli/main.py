@@ -47,12 +47,25 @@ def accept_config_after(command: click.Command) -> None:
     if any(isinstance(p, click.Option) and "--config" in p.opts for p in command.params):
         return
     command.params.append(click.Option(
-        ["--config", "config_after"], type=click.Path(path_type=Path), default=None,
+        ["--config", "config_after"], type=click.Path(path_type=Path), multiple=True,
         expose_value=False, is_eager=True, callback=_config_after, metavar="FILE",
         help="Configuration file (the same as --config before the command)."))
 
 
-def _config_after(ctx: click.Context, _param: click.Parameter, value: Path | None) -> None:
+def one_config(values: tuple[Path, ...]) -> Path | None:
+    """The one file that ``--config`` (given any number of times on one side of the command)
+    names; a usage error when it names two: click alone would take the last in silence."""
+    files = list(dict.fromkeys(os.path.abspath(v) for v in values))
+    if len(files) > 1:
+        raise click.UsageError(f"--config names two files: {values[0]} and "
+                               f"{next(v for v in values if os.path.abspath(v) != files[0])}; "
+                               "give one")
+    return values[0] if values else None
+
+
+def _config_after(ctx: click.Context, _param: click.Parameter,
+                  values: tuple[Path, ...]) -> None:
+    value = one_config(values)
     if value is None:
         return
     obj = ctx.ensure_object(dict)
@@ -98,15 +111,18 @@ Service states (of each database's service, from the live state beside it):
   collecting  the service runs but has written no minute yet: "collecting
               since ..., first numbers at ..." (the first minute boundary
               after its first tick)
-  stopped     no fresh live state: the newest numbers, "service stopped;
-              numbers from ..., 7m ago"
+  preparing   slowdown-probe prepare (or run --prepare) makes the
+              workspaces: "preparing since ...", the database not there yet
+  stopped     no fresh live state, its stopped mark, or its process gone:
+              the newest numbers, "service stopped; numbers from ..., 7m ago"
 With --at no state is shown: a live state tells only of now.
 
 \b
 Exit status:
-  0  numbers or a service state shown (running, collecting, stopped)
+  0  numbers or a service state shown (running, collecting, preparing,
+     stopped)
   1  nothing to show: no such database, no numbers and no service running,
-     a damaged database
+     a damaged database, a --target, --host or --op that no file holds
   2  usage error: a bad option or value, a bad configuration file, --config
      naming two files
 slowdown check: 0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN (see its --help).
@@ -158,7 +174,7 @@ class LazyGroup(click.Group):
              context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--version", is_flag=True, expose_value=False, is_eager=True,
               callback=_print_version, help="Show the version and exit.")
-@click.option("--config", "config_path", type=click.Path(path_type=Path), default=None,
+@click.option("--config", "config_paths", type=click.Path(path_type=Path), multiple=True,
               help="Configuration file (default: $SLOWDOWN_CONFIG, "
                    "~/.config/slowdown/slowdown.toml, /etc/slowdown/slowdown.toml).")
 @read_options
@@ -172,9 +188,16 @@ class LazyGroup(click.Group):
               help="Pick per target the shortest window whose confidence interval is within "
                    f"+-PCT: {PERCENT_RULE}.")
 @click.pass_context
-def main(ctx: click.Context, config_path: Path | None, dbs, targets, hosts, ops, at,
+def main(ctx: click.Context, config_paths: tuple[Path, ...], dbs, targets, hosts, ops, at,
          statistic: str | None, verbose: bool, as_json: bool, accuracy: str | None) -> None:
     """How slow is each filesystem now, compared with usual (1 = normal, 10 = ten times slower)."""
+    try:
+        config_path = one_config(config_paths)
+    except click.UsageError as exc:
+        if ctx.invoked_subcommand == "check":  # a monitoring plugin's usage error: UNKNOWN
+            click.echo(f"SLOWDOWN UNKNOWN - {exc.format_message()}")
+            sys.exit(3)
+        raise
     ctx.ensure_object(dict)
     ctx.obj["config_path"] = config_path
     ctx.obj["config"] = _config_loader(config_path)
@@ -204,8 +227,11 @@ def rebaseline_command(ctx: click.Context, reason: str, dbs: tuple[str, ...], ta
                        data_to) -> None:
     """Start a new baseline now (after a system change), from recent data. Over several
     files each gets its own, from its own data, in force from the same moment; a file that
-    cannot be rebaselined is named and the others are done."""
+    cannot be rebaselined is named and the others are done. From less than [baseline]
+    provisional_after (1d) of records it is provisional, and the service makes another once
+    that much data exists."""
     import datetime as dt
+    import sqlite3
     import time
 
     from slowdown.analysis.cli.scope import parse_time_option
@@ -224,25 +250,43 @@ def rebaseline_command(ctx: click.Context, reason: str, dbs: tuple[str, ...], ta
     failed = []
     for path in paths:
         try:
-            with Store(path) as store:
+            with Store(path, create=False) as store:  # only into a slowdown database
                 made = rebaseline(store, now, reason, start, end, targets,
-                                  statistics=config.statistics)
-        except (StoreError, ValueError) as exc:
-            if len(paths) == 1:
-                raise click.ClickException(str(exc)) from None
+                                  statistics=config.statistics,
+                                  provisional_after=config.baseline.provisional_after)
+                lengths = _data_lengths(store, made)
+        except (StoreError, ValueError, sqlite3.DatabaseError) as exc:
             message = str(exc) if str(exc).startswith(str(path)) else f"{path}: {exc}"
+            if len(paths) == 1:
+                raise click.ClickException(message) from None
             click.echo(f"Error: {message}", err=True)
             failed.append(path)
             continue
         pairs = sorted({(b.target, b.op) for b in made})
         where = f"{path}: " if len(paths) > 1 else ""
         since = dt.datetime.fromtimestamp(made[0].valid_from, dt.timezone.utc)
+        shortest, longest = (format_duration(n) for n in (min(lengths), max(lengths)))
+        provisional = sum(1 for pair in pairs if any(b.provisional for b in made
+                                                     if (b.target, b.op) == pair))
+        after = format_duration(config.baseline.provisional_after)
         click.echo(f"{where}new baseline for {len(pairs)} target/op pairs, in force from "
                    f"{since:%Y-%m-%d %H:%M} UTC, from data "
-                   f"{format_duration(made[0].data_to - made[0].data_from)} long")
+                   f"{shortest if shortest == longest else f'{shortest} to {longest}'} long"
+                   + (f"; provisional for {provisional} of them (from less than {after} of "
+                      f"data) until {after} of data makes another" if provisional else ""))
     if failed:
         raise click.ClickException(f"{len(failed)} of {len(paths)} databases not rebaselined "
                                    f"(named above); the others were")
+
+
+def _data_lengths(store, made) -> list[int]:
+    """How long the data of each new baseline's pair really is (not the period asked for:
+    three minutes of records in a day's period are three minutes of data)."""
+    from slowdown.analysis.stats.baseline import data_extent
+
+    found = {(b.target, b.op): data_extent(store, b.target, b.op, b.data_from, b.data_to)
+             for b in made}
+    return [end - start for start, end in (f for f in found.values() if f is not None)]
 
 
 if __name__ == "__main__":  # pragma: no cover

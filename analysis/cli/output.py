@@ -73,10 +73,12 @@ FIRST_NUMBERS_GRACE = 10.0  # seconds past the first flush before the first numb
 
 def collecting_text(state: Any, now: float) -> str:
     """``collecting since 16:41:55 UTC, first numbers at 16:43:00 UTC`` for a target (a
-    ``scope.TargetState``) whose service runs but has written no minute of it yet."""
+    ``scope.TargetState``) whose service runs but has written no minute of it yet;
+    ``preparing since 16:41:50 UTC`` while slowdown-probe makes the workspaces."""
     from slowdown.analysis.units import format_clock
 
-    text = "collecting" + (f" since {format_clock(state.since, now)}" if state.since else "")
+    word = "preparing" if state.state == "preparing" else "collecting"
+    text = word + (f" since {format_clock(state.since, now)}" if state.since else "")
     due = state.first_numbers_at
     if due is not None:
         late = now > due + FIRST_NUMBERS_GRACE
@@ -118,6 +120,11 @@ def state_notes(state: Any, now: float, cluster: bool) -> list[str]:
     collecting = [h for h, s in state.hosts.items() if s == "collecting"]
     if collecting and state.state != "collecting":
         notes.append(f"collecting on {', '.join(collecting)}")
+    preparing = [h for h, s in state.hosts.items() if s == "preparing"]
+    if preparing:  # numbers of an earlier run: no service behind them now
+        since = state.since if state.state == "preparing" else None
+        notes.append("preparing" + on(preparing)
+                     + (f" since {format_clock(since, now)}" if since else ""))
     return notes
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import sqlite3
+import os
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -13,16 +13,31 @@ from typing import TYPE_CHECKING
 
 import click
 
+from slowdown.analysis.cli.names import unknown_names
 from slowdown.analysis.cli.opening import open_all
+from slowdown.analysis.cli.states import (  # (the states' names, for the commands)
+    COLLECTING,
+    LIVE_FRESH,
+    NOT_YET,
+    PREPARING,
+    RUNNING,
+    STOPPED,
+    ServiceState,
+    TargetState,
+    first_numbers_at,
+    fresh,
+    service_states,
+    target_states,
+)
 from slowdown.analysis.config import Config, ConfigError, load
 from slowdown.analysis.stats.baseline import BaselineBook
 from slowdown.analysis.stats.window import quantile_of
 from slowdown.analysis.store import Selection, Store, StoreError, expand_paths
-from slowdown.analysis.store.landing import PROBES, Landing
-from slowdown.analysis.store.landing import STATE_KEY as LANDING
+from slowdown.analysis.store.landing import Landing
 from slowdown.analysis.store.live import read_live
 from slowdown.analysis.store.merged import Merged, merged
-from slowdown.analysis.store.records import MINUTE, minute_of
+from slowdown.analysis.store.records import minute_of
+from slowdown.analysis.store.starting import live_now, not_yet, read_start
 from slowdown.analysis.units import format_clock, parse_duration, parse_time
 from slowdown.analysis.words import OPS
 
@@ -30,12 +45,6 @@ if TYPE_CHECKING:
     from slowdown.analysis.store import cluster_windows
 
 EXIT_USAGE = 2
-LIVE_FRESH = 5.0  # seconds: a live state older than this belongs to a stopped service
-
-# What the service of a database (and each target in it) is doing, as a reader sees it now.
-RUNNING = "running"  # the live state is fresh and minute records exist
-COLLECTING = "collecting"  # the live state is fresh, no minute record yet
-STOPPED = "stopped"  # no fresh live state (or the service no longer probes the target)
 
 
 # -- parsing of option values -----------------------------------------------------------------
@@ -111,6 +120,10 @@ class Reader:
     # each visit past the bound on open files (open_files.py) a new connection. Used once.
     early: list[tuple[dict, list, dict]] | None = field(default=None, repr=False)
     early_statistics: tuple[str, ...] | None = None  # the only ones of ``early``'s baselines
+    # Databases not there yet whose start state says a prepare or a service start is under
+    # way (only for the commands that say so: ``open_reader``'s ``waiting``): (path, the
+    # live state made of it).
+    waiting: list[tuple[Path, dict]] = field(default_factory=list)
     # The windows asked for at opening (``open_reader``'s ``windows``), read in the same
     # visits: given to ``target_slowdowns``, used once.
     prepared: cluster_windows.Prepared | None = field(default=None, repr=False)
@@ -203,7 +216,8 @@ class Reader:
 
     def _lives(self) -> list[dict | None]:
         if len(self.lives) != len(self.stores):
-            self.lives = [read_live(s.path) if self.at_now else None for s in self.stores]
+            self.lives = [live_now(s.path, read_live(s.path), self.now) if self.at_now
+                          else None for s in self.stores]
         return self.lives
 
     def _wanted(self, host: str | None = None, target: str | None = None,
@@ -216,7 +230,8 @@ class Reader:
 
     def services(self) -> list[ServiceState]:
         """The service state of each database, as filtered (none when looking at a past
-        moment: a live state tells only of now)."""
+        moment: a live state tells only of now); a database not there yet, whose start state
+        says why, included."""
         if self._services is not None:
             return self._services
         self._services = []
@@ -224,72 +239,15 @@ class Reader:
             return self._services
         if len(self.store_series) != len(self.stores):
             self.store_series = [store.series() for store in self.stores]
-        for store, series, live in zip(self.stores, self.store_series, self._lives()):
-            names = {h for h, _, _ in series} | ({live["host"]} if live and "host" in live
-                                                 else set())
-            if names and not any(self._wanted(host=h) for h in names):
-                continue  # another host's file, filtered out
-            host = live.get("host") if live else (series[0][0] if series else None)
-            running = fresh(live, self.now)
-            recorded = sorted({t for h, t, o in series if self._wanted(h, t, o)})
-            probed = [t for t in (live or {}).get("targets", {}) if self._wanted(target=t)]
-            targets = {t: (RUNNING if t in recorded else COLLECTING)
-                       for t in (probed if running else ())}
-            for t in recorded:
-                targets.setdefault(t, STOPPED)
-            newest = {t: _newest(store, t) for t in recorded}
-            mark = None if live else _published(store)
-            landing = Landing.of(live.get("records") if live else _state(store, LANDING))
-            probes = _probes(live) if live else _state(store, PROBES)
-            state = (STOPPED if not running else
-                     RUNNING if RUNNING in targets.values() else COLLECTING)
-            self._services.append(ServiceState(
-                database=store.path, host=host, state=state,
-                since=(live.get("started") if running else
-                       live.get("updated") if live else None),
-                last_seen=live.get("updated") if live else None,
-                first_numbers_at=(first_numbers_at(live) if running
-                                  and COLLECTING in targets.values() else None),
-                newest_record=max((v for v in newest.values() if v is not None), default=None),
-                targets=dict(sorted(targets.items())), newest=newest, live=live,
-                published=mark.get("at") if mark else None,
-                published_every=_seconds(mark.get("every")) if mark else None,
-                landing=landing, pending=(live or {}).get("pending_minutes") if running else None,
-                probes=probes if isinstance(probes, dict) else {}))
+        entries = [(s.path, s, series, live) for s, series, live
+                   in zip(self.stores, self.store_series, self._lives())]
+        entries += [(path, None, [], live) for path, live in self.waiting]
+        self._services = service_states(entries, self._wanted, self.now)
         return self._services
 
     def target_states(self) -> dict[str, TargetState]:
-        """Each target's state over the databases: running when a service probes it and has
-        written its numbers, collecting when none has written any yet, else stopped."""
-        found: dict[str, TargetState] = {}
-        for service in self.services():
-            for target, state in service.targets.items():
-                ts = found.setdefault(target, TargetState(target, STOPPED))
-                ts.hosts[service.host or str(service.database)] = state
-                if state == COLLECTING:
-                    ts.first_numbers_at = _earliest(ts.first_numbers_at,
-                                                    service.first_numbers_at)
-                if state != STOPPED:
-                    ts.since = _earliest(ts.since, service.since)
-                elif service.state == STOPPED and service.last_seen is not None:
-                    # when the last of its services stopped
-                    ts.stopped_since = max(ts.stopped_since or 0.0, service.last_seen)
-                newest = service.newest.get(target)
-                if newest is not None and (ts.newest_record is None or newest > ts.newest_record):
-                    ts.newest_record = newest
-                if state == STOPPED and service.state != STOPPED:
-                    ts.not_probed.append(service.host or str(service.database))
-                if service.published is not None:
-                    ts.published[service.host or str(service.database)] = service.published
-        for ts in found.values():
-            states = set(ts.hosts.values())
-            ts.state = (RUNNING if RUNNING in states else
-                        STOPPED if STOPPED in states else COLLECTING)
-            if ts.state != COLLECTING:
-                ts.first_numbers_at = None
-            if ts.state == STOPPED:
-                ts.since = ts.stopped_since
-        return dict(sorted(found.items()))
+        """Each target's state over the databases (``states.target_states``)."""
+        return target_states(self.services())
 
     def nothing_to_show(self) -> str:
         """Why there are neither numbers nor a service to show (for the one-line error)."""
@@ -308,150 +266,19 @@ class Reader:
         return what
 
 
-@dataclass
-class ServiceState:
-    """One database's service as a reader sees it now: from its live state and records."""
-
-    database: Path
-    host: str | None
-    state: str  # RUNNING, COLLECTING or STOPPED
-    since: float | None  # the state began: the service started, or (stopped) was last seen
-    last_seen: float | None  # the live state's last update
-    first_numbers_at: float | None  # when collecting: when the first minute is written
-    newest_record: int | None  # start of the newest minute record
-    targets: dict[str, str]  # each target's state on this host
-    newest: dict[str, int | None] = field(default_factory=dict)  # per target
-    live: dict | None = field(default=None, repr=False)  # the live state itself
-    published: float | None = None  # a copy published to a shared directory: when
-    published_every: float | None = None  # and how often such copies are made, if said
-    landing: Landing | None = None  # whether its records reach the file (store/landing.py)
-    pending: int | None = None  # minutes its running service keeps in memory
-    # Per target: its filesystem's free space ("space") and each op's last error ("errors"),
-    # as the live state or the file's state says (probe/live_file.py, ``probes_state``).
-    probes: dict = field(default_factory=dict)
-
-    def json(self, now: float) -> dict:
-        return {
-            "database": str(self.database),
-            "host": self.host,
-            "state": self.state,
-            "since": self.since,
-            "last_seen": self.last_seen,
-            "first_numbers_at": self.first_numbers_at,
-            "newest_record": self.newest_record,
-            "age": _age(self.newest_record, now),
-            "targets": self.targets,
-            "published": self.published,
-            "records": self.landing.json() if self.landing else None,
-            "probes": self.probes,
-        }
-
-
-@dataclass
-class TargetState:
-    """A target's state over every database that knows it."""
-
-    target: str
-    state: str
-    since: float | None = None  # the state began: the earliest start of a service probing
-    #                             it, or (stopped) the last sight of the last one
-    first_numbers_at: float | None = None  # when collecting
-    newest_record: int | None = None  # start of its newest minute record, over the hosts
-    hosts: dict[str, str] = field(default_factory=dict)  # host (or database) -> state there
-    not_probed: list[str] = field(default_factory=list)  # hosts running without it
-    stopped_since: float | None = None  # the last update of a stopped service's live state
-    # Hosts read from copies published to a shared directory (no live state beside them):
-    # when each copy was made. Their numbers end there, whether or not the service runs.
-    published: dict[str, float] = field(default_factory=dict)
-
-    def json(self, now: float) -> dict:
-        return {
-            "state": self.state,
-            "since": self.since,
-            "first_numbers_at": self.first_numbers_at,
-            "newest_record": self.newest_record,
-            "age": _age(self.newest_record, now),
-            "hosts": self.hosts,
-        }
-
-
-def fresh(live: dict | None, now: float) -> bool:
-    """Whether a live state belongs to a service running now (its last one, written as it
-    stopped, says so)."""
-    return bool(live) and "stopped" not in live and now - live.get("updated", 0) <= LIVE_FRESH
-
-
-def first_numbers_at(live: dict) -> float:
-    """When a new service's first minute records are written: the service flushes every
-    ended minute at the start of the next (probe/service.py, ``second=0``), so the first
-    records come at the first minute boundary after the first tick."""
-    started = float(live.get("started") or live.get("updated") or 0)
-    interval = float(live.get("interval") or 1.0)
-    estimates = [info["last_tick"] - (info["ticks"] - 1) * interval
-                 for info in live.get("targets", {}).values()
-                 if info.get("last_tick") is not None and info.get("ticks")]
-    # The first tick comes on the interval's grid, at a per-host phase: within two intervals
-    # of the start.
-    first_tick = min(estimates, default=started + interval)
-    first_tick = min(max(first_tick, started), started + 2 * interval)
-    return float(minute_of(first_tick) + MINUTE)
-
-
-def _newest(store: Store, target: str) -> int | None:
-    """Start of the target's newest minute record (a damaged file: an error naming it)."""
-    try:
-        return store.latest_start(Selection(targets=(target,)))
-    except sqlite3.DatabaseError as exc:
-        raise StoreError(f"{store.path}: {exc}") from None
-
-
-def _published(store: Store) -> dict | None:
-    """The mark of a copy published to a shared directory (probe/publish.py), or None."""
-    mark = _state(store, "published")
-    return mark if isinstance(mark, dict) else None
-
-
-def _probes(live: dict) -> dict:
-    """``probes_state`` of a live state (probe/live_file.py)."""
-    return {t: {"space": info.get("space"),
-                "errors": {op: v for op, v in (info.get("last") or {}).items()
-                           if isinstance(v, dict) and "err" in v}}
-            for t, info in (live.get("targets") or {}).items() if isinstance(info, dict)}
-
-
-def _state(store: Store, key: str) -> object:
-    """A value of the state a service kept in the file, None when it cannot be read."""
-    try:
-        return store.state(key)
-    except (sqlite3.DatabaseError, ValueError):
-        return None
-
-
-def _seconds(value: object) -> float | None:
-    """A number of seconds from a mark written by another version, or None."""
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0
-    return float(value) if ok else None  # type: ignore[arg-type]
-
-
-def _earliest(a: float | None, b: float | None) -> float | None:
-    return b if a is None else a if b is None else min(a, b)
-
-
-def _age(newest: float | None, now: float) -> float | None:
-    return None if newest is None else round(max(0.0, now - newest), 3)
-
-
 def open_reader(ctx: click.Context, dbs: Sequence[str], targets: Sequence[str],
                 hosts: Sequence[str], ops: Sequence[str], at: str | None,
                 one_moment: bool = False, windows: Sequence[float] | None = None,
-                statistic: str | None = None) -> Reader:
+                statistic: str | None = None, waiting: bool = False) -> Reader:
     """``one_moment``: the command's first ``book()`` is asked only for the expected values at the
     moment looked at (``slowdown``, ``check``), of ``statistic`` (its ``--stat``, or the
     configured first), so a cluster view reads only those baselines (the ones in force then,
     of the statistic the expected value is of) while it opens each file; the book reads the
     others if asked after all. ``windows``: the windows the command shows at that moment
     (``()``: the configured ones), read by a cluster view in the same visits
-    (``Reader.prepared``)."""
+    (``Reader.prepared``). ``waiting``: the command says "preparing" or "collecting" of a
+    database not there yet while slowdown-probe prepares or starts (``Reader.waiting``);
+    the others name what is under way in their error."""
     config = ctx.obj["config"]()
     given = ctx.obj.get("read", {})
     dbs = dbs or given.get("dbs", ())
@@ -462,10 +289,7 @@ def open_reader(ctx: click.Context, dbs: Sequence[str], targets: Sequence[str],
     now = time.time()
     moment = parse_time_option(at, now, "--at")
     patterns = list(dbs) or [str(config.database)]
-    try:
-        paths = expand_paths(patterns)
-    except StoreError as exc:
-        raise _not_landing(patterns, now) or click.ClickException(str(exc)) from None
+    paths, waited = _expanded(patterns, now, waiting and at is None)
     stores, store_series, skipped = [], [], []
     early: list[tuple[dict, list, dict]] | None = [] if len(paths) > 1 else None
     visit, visited = None, []
@@ -483,9 +307,14 @@ def open_reader(ctx: click.Context, dbs: Sequence[str], targets: Sequence[str],
             paths, early is not None, moment if one_moment else None, visit=visit,
             visited=visited, statistics=wanted)):
         if store is None:
+            if len(paths) == 1 and at is None and _not_landing([str(path)], now):
+                raise _not_landing([str(path)], now) from None  # its service says why
+            told = not_yet(read_start(path), read_live(path), now) if at is None else None
+            if told is not None and waiting:  # being made: say so, as of a service
+                waited.append((path, told))
+                continue
             if len(paths) == 1:  # the one file named: one line, and stop
-                raise _not_landing([str(path)], now) or click.ClickException(str(error)) \
-                    from None
+                raise click.ClickException(_under_way(str(error), told, now)) from None
             skipped.append((str(path), str(error)))  # a cluster goes on with the others
             continue
         if early is not None and read is None:
@@ -494,14 +323,57 @@ def open_reader(ctx: click.Context, dbs: Sequence[str], targets: Sequence[str],
             early.append(read)
         stores.append(store)
         store_series.append(series)
-    if not stores:
+    if not stores and not waited:
         raise click.ClickException(f"none of the {len(paths)} databases could be read: "
                                    + "; ".join(why for _, why in skipped[:3])
                                    + ("; ..." if len(skipped) > 3 else ""))
     series = sorted({s for each in store_series for s in each})
-    return Reader(config, stores, tuple(targets), tuple(hosts), tuple(ops), moment, at is None,
-                  series, store_series, skipped=skipped, early=early, early_statistics=wanted,
-                  prepared=cluster_windows.Prepared.of(*asked, visited) if visit else None)
+    reader = Reader(config, stores, tuple(targets), tuple(hosts), tuple(ops), moment,
+                    at is None, series, store_series, skipped=skipped, early=early,
+                    early_statistics=wanted,
+                    prepared=cluster_windows.Prepared.of(*asked, visited) if visit else None,
+                    waiting=waited)
+    mistake = unknown_names((reader.hosts, reader.targets, reader.ops), series,
+                            lambda: [*reader._lives(), *(live for _, live in waited)],
+                            [t.name for t in config.targets],
+                            str(stores[0].path if stores else waited[0][0]) if
+                            len(stores) + len(waited) == 1 else
+                            f"the {len(stores) + len(waited)} databases read")
+    if mistake:
+        raise click.ClickException(mistake)
+    return reader
+
+
+def _expanded(patterns: Sequence[str], now: float, waiting: bool
+              ) -> tuple[list[Path], list[tuple[Path, dict]]]:
+    """The files the patterns name, and (``waiting``) the databases named that are not there
+    yet while slowdown-probe prepares or starts beside them; an error for a pattern that
+    names nothing else, saying what is under way where something is."""
+    paths: list[Path] = []
+    waited: list[tuple[Path, dict]] = []
+    for pattern in patterns:
+        try:
+            paths += [p for p in expand_paths([pattern]) if p not in paths]
+        except StoreError as exc:
+            path = Path(os.path.expanduser(pattern))
+            lost = _not_landing([pattern], now) if len(patterns) == 1 else None
+            if lost is not None:  # deleted under its running service: it says so
+                raise lost from None
+            told = not_yet(read_start(path), read_live(path), now)
+            if told is None or not waiting:
+                raise click.ClickException(_under_way(str(exc), told, now)) from None
+            waited.append((path, told))
+    return paths, waited
+
+
+def _under_way(error: str, told: dict | None, now: float) -> str:
+    """A database's error, and what slowdown-probe is doing beside it if anything."""
+    if told is None:
+        return error
+    doing = "preparing the workspaces" if "preparing" in told else "starting the service"
+    return (f"{error}: slowdown-probe (PID {told['pid']}) is {doing} since "
+            f"{format_clock(told['started'], now)}; numbers come a minute after the service "
+            "starts (slowdown, check and watch say when)")
 
 
 class NotLanding(click.ClickException):
@@ -532,3 +404,9 @@ def load_config_or_exit(path: Path | None) -> Config:
         for single in exc.errors:
             click.echo(str(single), err=True)
         raise click.exceptions.Exit(EXIT_USAGE) from None
+
+
+__all__ = ["COLLECTING", "EXIT_USAGE", "LIVE_FRESH", "NOT_YET", "PREPARING", "RUNNING",
+           "STOPPED", "Reader", "ServiceState", "TargetState", "first_numbers_at", "fresh",
+           "load_config_or_exit", "open_reader", "parse_duration_option",
+           "parse_fraction_option", "parse_statistic_option", "parse_time_option"]

@@ -21,7 +21,7 @@ from slowdown.analysis.cli.output import (
     table,
 )
 from slowdown.analysis.cli.scope import (
-    COLLECTING,
+    NOT_YET,
     Reader,
     TargetState,
     open_reader,
@@ -39,12 +39,13 @@ def uptime(ctx: click.Context, dbs, targets, hosts, ops, at, statistic: str | No
     """The slowdown of each target over the configured windows (``--accuracy``: over the
     shortest window precise enough)."""
     reader = open_reader(ctx, dbs, targets, hosts, ops, at, one_moment=True,
-                         windows=() if accuracy is None else None, statistic=statistic)
+                         windows=() if accuracy is None else None, statistic=statistic,
+                         waiting=True)
     stat = parse_statistic_option(statistic) if statistic else reader.config.statistics[0]
     wanted = parse_fraction_option(accuracy, "--accuracy") if accuracy is not None else None
     target_ops = reader.target_ops()
     states = reader.target_states()
-    collecting = [t for t, ts in states.items() if ts.state == COLLECTING and t not in target_ops]
+    collecting = [t for t, ts in states.items() if ts.state in NOT_YET and t not in target_ops]
     if not target_ops and not collecting:
         raise click.ClickException(reader.nothing_to_show())
     reader.check_kept(reader.now - max(reader.config.windows), reader.now, "--at")
@@ -62,7 +63,8 @@ def uptime(ctx: click.Context, dbs, targets, hosts, ops, at, statistic: str | No
         return
     results = target_slowdowns(reader.stores, book, list(target_ops), target_ops,
                                reader.config.windows, stat, reader.now, hosts=reader.hosts,
-                               live_stuck=reader.live_stuck(), confidence=0.95 if verbose else None,
+                               live_stuck=reader.live_stuck(),
+                               confidence=0.95 if verbose or as_json else None,
                                prepared=reader.prepared)
     show_uptime(reader, results, stat, verbose, as_json, states=states, verdicts=verdicts)
 
@@ -103,7 +105,7 @@ def show_uptime(reader: Reader, results: dict[str, list[TargetSlowdown]], stat: 
     that its service is collecting the first minute."""
     states = states or {}
     verdicts = verdicts or {}
-    names = sorted({*results, *(t for t, ts in states.items() if ts.state == COLLECTING)})
+    names = sorted({*results, *(t for t, ts in states.items() if ts.state in NOT_YET)})
     cluster = reader.cluster
     span = max((ts.window for windows in results.values() for ts in windows),
                default=max(reader.config.windows, default=3600))

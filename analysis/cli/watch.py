@@ -22,13 +22,15 @@ from slowdown.analysis.units import format_clock, format_duration, format_latenc
 
 EPILOG = """\b
 Each target shows its numbers, or "collecting since ..., first numbers at ..."
-while its service has written no minute yet (watch keeps refreshing until the
-numbers come); a stopped service is named, with the age of its newest numbers.
+while its service has written no minute yet, or "preparing since ..." while
+slowdown-probe makes the workspaces (watch keeps refreshing until the numbers
+come); a stopped service is named, with the age of its newest numbers.
 
 \b
 Exit status:
   0  stopped after --count refreshes, or by Ctrl-C
-  1  no such database, or a damaged one
+  1  no such database (none being prepared or started either), a damaged
+     one, or a --target, --host or --op that no file holds
   2  usage error: a bad option or value, a bad configuration file, --config
      naming two files
 """
@@ -53,7 +55,7 @@ def watch(ctx, dbs, targets, hosts, ops, at, statistic, interval, count):
         live_view.start()
     try:
         while count is None or shown < count:
-            reader = cli.open_reader(ctx, dbs, targets, hosts, ops, at)
+            reader = cli.open_reader(ctx, dbs, targets, hosts, ops, at, waiting=True)
             text = _watch_frame(cli, reader, statistic, verdicts)
             for s in reader.stores:
                 s.close()
@@ -93,7 +95,7 @@ def _watch_frame(cli, reader, statistic, verdict_cache: dict | None = None) -> s
     results = target_slowdowns(reader.stores, reader.book(), list(target_ops), target_ops,
                                reader.config.windows, stat, reader.now, hosts=reader.hosts,
                                live_stuck=stuck)
-    names = sorted({*results, *(t for t, s in states.items() if s.state == cli.COLLECTING)})
+    names = sorted({*results, *(t for t, s in states.items() if s.state in cli.NOT_YET)})
     verdicts = _fleet_verdicts(reader, target_ops, {} if verdict_cache is None
                                else verdict_cache)
     lines = [f"{format_clock(reader.now)}  slowdown ({stat})"]
@@ -122,6 +124,7 @@ def _watch_frame(cli, reader, statistic, verdict_cache: dict | None = None) -> s
         lines.append(f"  {reader.nothing_to_show()}")
     for service in reader.services():
         said = {cli.RUNNING: "running", cli.COLLECTING: "running, collecting its first minute",
+                cli.PREPARING: "not running yet: preparing the workspaces",
                 cli.STOPPED: "not running"}[service.state]
         if service.state == cli.STOPPED and service.last_seen is not None:
             said += f" (last seen {format_clock(service.last_seen, reader.now)})"

@@ -152,10 +152,11 @@ def load_histograms(store: Store, at: float | None = None) -> dict[PeriodKey, by
 
 def _made(store: Store, target: str, op: str, stats: Sequence[str], start: int, end: int,
           valid_from: int, reason: str, made: list[Baseline],
-          histograms: dict[PeriodKey, Histogram]) -> None:
+          histograms: dict[PeriodKey, Histogram], provisional: bool = False) -> None:
     """The baselines of one (target, op) from ``[start, end)``, with their histogram."""
     agg = _completed([store], target, op, start, end)
-    made += [Baseline(target, op, s, v, n, start, end, valid_from, reason=reason)
+    made += [Baseline(target, op, s, v, n, start, end, valid_from, reason=reason,
+                      provisional=provisional)
              for s, v, n in _estimates(agg, stats)]
     if agg.histogram.count:
         histograms[(target, op, start, end)] = agg.histogram
@@ -217,19 +218,42 @@ def maintain(store: Store, now: float, provisional_after: float = 86400.0,
                 _made(store, target, op, stats, start, this_month, this_month, "monthly", made,
                       histograms)
                 continue
+        to = minute_of(now)
         if not mine:
-            to = minute_of(now)
             if min(end, to) - first >= provisional_after:
                 _made(store, target, op, stats, first, to, to, "initial", made, histograms)
+        else:
+            _grown_up(store, target, op, stats, mine, to, provisional_after, made, histograms)
     if made:
         save(store, made, now, histograms)
     return made
 
 
+def _grown_up(store: Store, target: str, op: str, stats: Sequence[str],
+              mine: Sequence[Baseline], to: int, provisional_after: float,
+              made: list[Baseline], histograms: dict[PeriodKey, Histogram]) -> None:
+    """A provisional baseline in force (a rebaseline from too little data) replaced, with
+    its reason, once ``provisional_after`` of data exists from its period on: as the initial
+    one is made after a first day."""
+    current = [b for b in mine if b.valid_to is None and b.valid_from <= to]
+    if not current or not all(b.provisional for b in current):
+        return
+    since = min(b.data_from for b in current)
+    found = data_extent(store, target, op, since, to)
+    if found is not None and found[1] - found[0] >= provisional_after:
+        _made(store, target, op, stats, found[0], to, to, current[0].reason or "initial",
+              made, histograms)
+
+
 def rebaseline(store: Store, now: float, reason: str, data_from: float | None = None,
                data_to: float | None = None, targets: Iterable[str] = (),
-               statistics: Iterable[str] = ()) -> list[Baseline]:
-    """New baselines in force from now, from ``[data_from, data_to)`` (default: the last day)."""
+               statistics: Iterable[str] = (), provisional_after: float = 0.0
+               ) -> list[Baseline]:
+    """New baselines in force from now, from ``[data_from, data_to)`` (default: the last day).
+    A pair whose records there span less than ``provisional_after`` (``[baseline]
+    provisional_after``, which ``slowdown rebaseline`` passes; 0: none) gets provisional ones,
+    which ``maintain`` replaces once that much data exists: a few minutes of data make a poor
+    expected value, and the readers must say so."""
     if not reason.strip():
         raise ValueError("a rebaseline needs a reason")
     to = minute_of(now if data_to is None else data_to)
@@ -242,12 +266,31 @@ def rebaseline(store: Store, now: float, reason: str, data_from: float | None = 
     for target, op in sorted({(t, o) for _, t, o in store.series()}):
         if wanted and target not in wanted:
             continue
+        found = data_extent(store, target, op, start, to)
+        short = found is None or found[1] - found[0] < provisional_after
         _made(store, target, op, _statistics(statistics), start, to, minute_of(now), reason,
-              made, histograms)
+              made, histograms, provisional=short)
     if not made:
         raise ValueError("no data in that period")
     save(store, made, now, histograms)
     return made
+
+
+def data_extent(store: Store, target: str, op: str, start: int, end: int
+                ) -> tuple[int, int] | None:
+    """(start of the first record, end of the last) of a pair within ``[start, end)``: how
+    long its data really is (None: no record)."""
+    found = []
+    for table, span in (("minutes", MINUTE), ("hours", 3600)):
+        row = store.conn.execute(
+            f"SELECT min(r.start), max(r.start) FROM {table} r JOIN series s ON s.id = r.series"
+            " WHERE s.target = ? AND s.op = ? AND r.start >= ? AND r.start < ?",
+            (target, op, start, end)).fetchone()
+        if row[0] is not None:
+            found.append((row[0], min(end, row[1] + span)))
+    if not found:
+        return None
+    return min(f[0] for f in found), max(f[1] for f in found)
 
 
 @dataclass(frozen=True)

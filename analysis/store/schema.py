@@ -284,7 +284,7 @@ def check(conn: sqlite3.Connection, path: str) -> int:
         "SELECT (SELECT application_id FROM pragma_application_id), "
         "(SELECT user_version FROM pragma_user_version), "
         "(SELECT count(*) FROM sqlite_master)").fetchone()
-    if app != APPLICATION_ID and (tables or version):
+    if app != APPLICATION_ID and (tables or version or app):  # app: another program's mark
         raise SchemaError(f"{path}: not a slowdown database (refusing to touch it)")
     if version > VERSION:
         raise SchemaError(
@@ -292,6 +292,17 @@ def check(conn: sqlite3.Connection, path: str) -> int:
             "upgrade slowdown to read it"
         )
     return version
+
+
+def not_slowdown(path: str | os.PathLike) -> str:
+    """What a file of version 0 (no slowdown schema) is, for a reader, which has nothing to
+    read there, and for a writer that may not create a database, which writes nothing there."""
+    try:
+        empty = os.stat(path).st_size == 0
+    except OSError:
+        empty = False
+    what = "an empty file" if empty else "an SQLite file without slowdown's tables"
+    return f"{path}: not a slowdown database ({what}); refusing to touch it"
 
 
 def _statements(script: str) -> list[str]:

@@ -91,8 +91,12 @@ class Store:
 
     def __init__(self, path: str | os.PathLike, readonly: bool = False, timeout: float = 10.0,
                  check_same_thread: bool = True,
-                 migration_progress: Callable[[schema.Progress], None] | None = None):
-        """``migration_progress``: called as a long migration moves (see ``schema.migrate``)."""
+                 migration_progress: Callable[[schema.Progress], None] | None = None,
+                 create: bool = True):
+        """``migration_progress``: called as a long migration moves (see ``schema.migrate``).
+        ``create``: a writer may make a new database (the service); without, it writes only
+        into a file that is already one (``slowdown rebaseline``), never into an empty or
+        another program's file."""
         self.path = Path(path)
         self.readonly = readonly
         self._series: dict[tuple[str, str, str], int] = {}
@@ -105,14 +109,16 @@ class Store:
         # (cluster_windows.py), each answer taken once: ("newest",), ("seen", start, end, hosts).
         self.known: dict[tuple, object] = {}
         try:
+            if (readonly or not create) and not self.path.exists():
+                raise StoreError(f"{self.path}: no such database")
             if readonly:
-                if not self.path.exists():
-                    raise StoreError(f"{self.path}: no such database")
                 self._conn = self._connect_reader()
             else:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
                 self._conn = self._connect(self.path)
             version = schema.check(self._conn, str(self.path))  # before anything is written
+            if version == 0 and (readonly or not create):  # nothing of slowdown's in it
+                raise StoreError(schema.not_slowdown(self.path))
             self.version = version if readonly else schema.VERSION
             if readonly:
                 if not schema.READABLE_FROM <= version <= schema.VERSION:
