@@ -27,7 +27,7 @@ from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
 
-from slowdown.probe.lockfile import boot_id
+from slowdown.analysis.machine import boot_id
 from slowdown.probe.manifest import atomic_write
 from slowdown.probe.workspace_errors import WorkspaceError
 

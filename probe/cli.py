@@ -30,6 +30,7 @@ from slowdown.analysis.config import (
     load_config,
 )
 from slowdown.analysis.config import default_config as _default_config
+from slowdown.analysis.config.files import one_config
 from slowdown.analysis.units import format_duration, format_size, parse_duration
 from slowdown.probe.dropin import systemd_dropin
 from slowdown.probe.workspace_cli import cleanup_command, prepare_command
@@ -96,18 +97,6 @@ class ConfigGroup(click.Group):
                 expose_value=False, is_eager=True, callback=_config_after, metavar="FILE",
                 help="Configuration file (the same as --config before the command)."))
         return command
-
-
-def one_config(values: tuple[Path, ...]) -> Path | None:
-    """The one file ``--config`` names on one side of the command (given any number of
-    times); a usage error when it names two: click alone would take the last in silence.
-    (``slowdown`` has its twin in ``analysis/cli/main.py``: probe may not import that.)"""
-    files = list(dict.fromkeys(os.path.abspath(v) for v in values))
-    if len(files) > 1:
-        raise click.UsageError(f"--config names two files: {values[0]} and "
-                               f"{next(v for v in values if os.path.abspath(v) != files[0])}; "
-                               "give one")
-    return values[0] if values else None
 
 
 def _config_after(ctx: click.Context, _param: click.Parameter,

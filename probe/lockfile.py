@@ -30,19 +30,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from slowdown.analysis.machine import boot_id
+
 TEXT_SIZE = 1024  # the holder's JSON is padded with spaces to at least this size
 _FLAGS = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
 # flock refused by the filesystem itself (Lustre mounted without -o flock, some FUSE servers)
 UNSUPPORTED = (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL)
-
-
-def boot_id() -> str:
-    """This machine's boot id ('' when unknown): equal only for processes of this boot."""
-    try:
-        with open("/proc/sys/kernel/random/boot_id") as f:
-            return f.read().strip()
-    except OSError:
-        return ""
 
 
 def _same(a: int, b: int) -> bool:

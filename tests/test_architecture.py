@@ -14,6 +14,7 @@ TOPS = {"analysis": "slowdown.analysis", "probe": "slowdown.probe"}
 RANKS = {
     "slowdown.analysis.units": 0,
     "slowdown.analysis.words": 0,
+    "slowdown.analysis.machine": 0,
     "slowdown.analysis.histogram": 1,
     "slowdown.analysis.store": 2,
     "slowdown.analysis.stats": 3,

@@ -16,6 +16,7 @@ from pathlib import Path
 import click
 
 from slowdown.analysis.cli.options import PERCENT_RULE, read_options
+from slowdown.analysis.config.files import one_config
 
 # No command calls a BLAS routine, yet numpy's bundled OpenBLAS starts a thread per core when
 # it is imported: CPU for nothing, and on a small node in the way of import-fio's parsers.
@@ -50,17 +51,6 @@ def accept_config_after(command: click.Command) -> None:
         ["--config", "config_after"], type=click.Path(path_type=Path), multiple=True,
         expose_value=False, is_eager=True, callback=_config_after, metavar="FILE",
         help="Configuration file (the same as --config before the command)."))
-
-
-def one_config(values: tuple[Path, ...]) -> Path | None:
-    """The one file that ``--config`` (given any number of times on one side of the command)
-    names; a usage error when it names two: click alone would take the last in silence."""
-    files = list(dict.fromkeys(os.path.abspath(v) for v in values))
-    if len(files) > 1:
-        raise click.UsageError(f"--config names two files: {values[0]} and "
-                               f"{next(v for v in values if os.path.abspath(v) != files[0])}; "
-                               "give one")
-    return values[0] if values else None
 
 
 def _config_after(ctx: click.Context, _param: click.Parameter,

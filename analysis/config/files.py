@@ -121,3 +121,17 @@ def load(
     if path is None:
         return default_config(environ)
     return load_config(path, environ)
+
+
+def one_config(values: tuple[Path, ...]) -> Path | None:
+    """The one file ``--config`` names on one side of a command (given any number of times),
+    for ``slowdown`` and ``slowdown-probe`` alike; a usage error when it names two: click
+    alone would take the last in silence."""
+    import click
+
+    files = list(dict.fromkeys(os.path.abspath(v) for v in values))
+    if len(files) > 1:
+        raise click.UsageError(f"--config names two files: {values[0]} and "
+                               f"{next(v for v in values if os.path.abspath(v) != files[0])}; "
+                               "give one")
+    return values[0] if values else None

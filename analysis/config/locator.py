@@ -162,3 +162,4 @@ class _Locator:
                     depth -= 1
                 i += 1
         return i, line
+

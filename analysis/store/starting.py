@@ -18,6 +18,8 @@ import json
 import os
 from pathlib import Path
 
+from slowdown.analysis.machine import boot_id
+
 PREPARING = "preparing"  # the workspaces are being made (prepare, run --prepare)
 STARTING = "starting"  # the service starts: no live state yet
 LIVE_FRESH = 5.0  # seconds: a live state older than this belongs to a stopped service
@@ -26,15 +28,6 @@ LIVE_FRESH = 5.0  # seconds: a live state older than this belongs to a stopped s
 def start_path(database: Path) -> Path:
     """Where the start state of the process about to write ``database`` is: beside it."""
     return database.with_name(database.name + ".start.json")
-
-
-def boot_id() -> str:
-    """This machine's boot id ('' when unknown): a PID means something only in its boot."""
-    try:
-        with open("/proc/sys/kernel/random/boot_id") as f:
-            return f.read().strip()
-    except OSError:
-        return ""
 
 
 def read_start(database: Path) -> dict | None:
