@@ -187,8 +187,10 @@ def test_damaged_records_under_a_history_split_between_processes(tmp_path, good_
 # -- configurations ---------------------------------------------------------------------------
 
 def _errors(stderr: str, path: Path) -> list[str]:
-    """The error lines of a command, without the journal prefix the service's log adds."""
-    lines = [re.sub(r"^<\d>slowdown\.probe: ", "", e) for e in stderr.strip().splitlines()]
+    """The error lines of a command, without what the service's log puts before them: the
+    journal's priority, or (off the journal) the time and the level."""
+    prefix = r"^(<\d>|\d{4}-\d\d-\d\dT\S+ [A-Z]+ )slowdown\.probe: "
+    lines = [re.sub(prefix, "", e) for e in stderr.strip().splitlines()]
     assert lines and all(e.startswith(f"{path}:") for e in lines), lines
     return lines
 
