@@ -8,6 +8,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
+pytest.register_assert_rewrite("tests.scenes")  # their asserts say what they compared
+
 pytest_plugins = ["tests.fixtures_fs"]
 
 LONG = Path(__file__).with_name("long")

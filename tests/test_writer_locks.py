@@ -1,107 +1,13 @@
-"""The writing process never opens its database outside SQLite (docs/DEVELOPERS.md).
-
-Closing any descriptor of a file drops every POSIX lock the process holds on it, the writer
-connection's among them; the next SQLite client to close then takes itself for the last one,
-checkpoints and deletes the -wal and -shm under the running service, and every later minute
-is lost (the service's own readers once read the file's header with open() and close()).
-
-The real service runs with every reader it has in its own process (metrics, publishing, the
-fleet's verdict, an alert rule), under an audit hook that notes every file Python opens
-(``open`` events: ``open()``, ``os.open``, ``io.open``; SQLite's own opens are not Python's),
-and the test scrapes its metrics meanwhile. No open of the database, its -wal or its -shm may
-come from the service's process. tests/test_live_database.py shows what it protects: the
-sqlite3 shell on the live file.
+"""Readers choose how to open a database by the names beside it, never by opening it: the
+service's own readers run in the writing process, where closing any descriptor of the file
+would drop the writer's POSIX locks (docs/DEVELOPERS.md). The real service under an audit
+hook, with every reader it has: tests/scenes/writer_locks.py.
 """
 
 from __future__ import annotations
 
 import json
-import socket
-import subprocess
-import sys
-import time
-import urllib.request
 from pathlib import Path
-
-import pytest
-
-from tests.servicekit import probe_cli, wait_for
-
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
-
-# Runs the service with an audit hook that writes each opened path, with the opening PID.
-HOOKED = r"""
-import os, sys
-log = open(sys.argv[1], "a", buffering=1)
-def hook(event, args):
-    if event == "open" and args and isinstance(args[0], (str, bytes, os.PathLike)):
-        log.write(f"{os.getpid()} {os.fsdecode(args[0])}\n")
-sys.addaudithook(hook)
-sys.argv = ["slowdown-probe", *sys.argv[2:]]
-from slowdown.probe.cli import main
-sys.exit(main())
-"""
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def test_the_service_never_opens_its_database_outside_sqlite(tmp_path: Path) -> None:
-    port = _free_port()
-    database = tmp_path / "db" / "slowdown.db"
-    (tmp_path / "target").mkdir()
-    pub = tmp_path / "pub"
-    pub.mkdir()
-    config = tmp_path / "slowdown.toml"
-    config.write_text("\n".join([
-        'host = "testhost"', f'database = "{database}"',
-        "[[target]]", 'name = "t"', f'path = "{tmp_path / "target"}"', 'data_size = "4MiB"',
-        "pool_files = 20", "pool_dirs = 2",
-        "[metrics]", f'listen = "127.0.0.1:{port}"',
-        "[publish]", f'dir = "{pub}"', 'every = "1m"',
-        "[fleet]", f'databases = "{pub}/*.db"',
-        "[[alert]]", 'name = "slow"', 'target = "t"', 'op = "*"', 'kind = "slowdown"',
-        'statistic = "median"', 'window = "1m"', "above = 0.001", 'for = "0s"',
-        'action = { type = "command", argv = ["/bin/true"] }']) + "\n")
-    done = probe_cli(config, "prepare", "--no-progress")
-    assert done.returncode == 0, done.stderr
-    opened = tmp_path / "opened.txt"
-    seconds = 62 - time.time() % 60 + 15  # the first flush, an alert, a copy, a scrape
-    proc = subprocess.Popen([sys.executable, "-c", HOOKED, str(opened), "--config",
-                             str(config), "run", "--duration", f"{seconds:.0f}"],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    try:
-        url = f"http://127.0.0.1:{port}/metrics"
-        wait_for(lambda: _scrape(url), 20, what="the metrics endpoint")
-        deadline = time.monotonic() + seconds - 3
-        while time.monotonic() < deadline:
-            _scrape(url)
-            time.sleep(2)
-        out, _ = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    assert proc.returncode == 0, out
-    assert list(pub.glob("*.db")), out  # a copy was published
-    assert "alert slow" in out, out  # and the rule was evaluated (it fires at once)
-    names = {str(database.resolve()) + suffix for suffix in ("", "-wal", "-shm")}
-    lines = [line.split(" ", 1) for line in opened.read_text().splitlines()]
-    assert any(path.endswith(".live.json") or "MANIFEST" in path for _, path in lines)
-    mine = [path for pid, path in lines
-            if int(pid) == proc.pid and str(Path(path).resolve()) in names]
-    assert not mine, f"the service opened its database outside SQLite: {mine}"
-
-
-def _scrape(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url, timeout=5) as response:
-            return b"slowdown_" in response.read()
-    except OSError:
-        return False
 
 
 def test_readers_choose_how_to_open_by_the_names_beside_the_file(tmp_path: Path) -> None:

@@ -18,6 +18,7 @@ an admin's hand on each:
   then stops and starts there again.
 
 docs/RELIABILITY.md ("What people do to a live database") lists the cases and what was seen.
+Run by tests/test_scenes.py, side by side with the other scenes of minutes.
 """
 
 from __future__ import annotations
@@ -35,12 +36,8 @@ import threading
 import time
 from pathlib import Path
 
-import pytest
-
 from slowdown.analysis.words import OPS
 from tests.servicekit import probe_cli, start_service, stop_service
-
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
 HOST = "testhost"
 
@@ -120,8 +117,9 @@ def _sha(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-@pytest.mark.root
-def test_what_admins_do_to_a_live_database_loses_no_minute_and_is_said(tmp_path):
+def scene(tmp_path: Path) -> None:
+    """The five services and the admin's hands, then what each file holds and what was said
+    (raises AssertionError naming what was not so)."""
     port = _free_port()
     pub = tmp_path / "pub"
     readers_cfg, readers_db = _node(

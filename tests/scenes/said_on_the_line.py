@@ -6,7 +6,7 @@ that no file the probe holds made the remount fail.
 
 One service, four targets: a tmpfs filled to its last byte, a FUSE filesystem that fails
 every call with ESHUTDOWN, an ext4 volume remounted read-only while it runs, and a workspace
-removed (``rm -rf``) under it.
+removed (``rm -rf``) under it. Run by tests/test_scenes.py.
 """
 
 from __future__ import annotations
@@ -19,8 +19,6 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
-
 from tests.faultfs import FaultFS
 from tests.faultfs.realfs import ext4_image, tmpfs
 from tests.servicekit import (
@@ -31,8 +29,6 @@ from tests.servicekit import (
     wait_for,
     write_config,
 )
-
-pytestmark = [pytest.mark.root, pytest.mark.slow, pytest.mark.timeout(300)]
 
 
 def _slowdown(config: Path, *args: str) -> subprocess.CompletedProcess:
@@ -52,7 +48,8 @@ def _fill(directory: Path) -> None:
             pass
 
 
-def test_full_failing_and_read_only_filesystems_are_said(tmp_path):
+def scene(tmp_path: Path) -> None:
+    """One service, four targets, what each line and check says (AssertionError if not)."""
     with tmpfs(tmp_path / "full", 48 << 20) as full, \
             FaultFS(tmp_path / "backing", tmp_path / "mnt") as fs, \
             ext4_image(tmp_path / "ext4") as ext4:
