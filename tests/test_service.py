@@ -76,8 +76,10 @@ def test_whole_minutes_on_real_directories(tmp_path):
             whole = sorted(recs, key=lambda r: r.start)[1:-1]  # the minutes run through
             assert len(whole) >= 1, (op, [r.start for r in recs])
             for rec in whole:
+                # A sample per tick: a tick skipped on a loaded machine (a run that took more
+                # than a second) counts too, as the wait it was (docs/WINDOWS.md).
                 assert 58 <= rec.histogram.count <= 61, (t.name, op, rec)
-                assert rec.errors == 0 and rec.skipped == 0, (t.name, op, rec)
+                assert rec.errors == 0 and rec.skipped <= 2, (t.name, op, rec)
                 assert 1e-7 < rec.histogram.min <= rec.histogram.max < 5.0, (t.name, op, rec)
     assert "data probe in direct mode" in err
 
