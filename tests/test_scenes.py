@@ -45,9 +45,21 @@ class _Run:
             raise self.error
 
 
+# Each test and its scene.
+TESTS = {
+    "test_what_admins_do_to_a_live_database_loses_no_minute_and_is_said": "live_database",
+    "test_full_failing_and_read_only_filesystems_are_said": "said_on_the_line",
+    "test_two_slow_minutes_in_ten_read_slow_at_q85_and_leave_the_hour_median": "slow_minutes",
+    "test_the_service_never_opens_its_database_outside_sqlite": "writer_locks",
+}
+
+
 @pytest.fixture(scope="module")
-def scenes(tmp_path_factory) -> dict[str, _Run]:
-    return {name: _Run(scene, tmp_path_factory.mktemp(name)) for name, scene in SCENES.items()}
+def scenes(request, tmp_path_factory) -> dict[str, _Run]:
+    """The scenes of the tests selected (``-k``), all started at once."""
+    chosen = {TESTS[item.name] for item in request.session.items
+              if item.module is request.module and item.name in TESTS}
+    return {name: _Run(SCENES[name], tmp_path_factory.mktemp(name)) for name in sorted(chosen)}
 
 
 def test_what_admins_do_to_a_live_database_loses_no_minute_and_is_said(scenes) -> None:
