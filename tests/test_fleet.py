@@ -242,6 +242,39 @@ def test_many_files_are_read_with_few_descriptors(three_hosts):
     assert (doc["merged"]["files"], doc["merged"]["reporting"]) == (FILES, FILES)
 
 
+def test_each_thread_bounds_its_own_readers_and_closes_none_of_anothers(three_hosts):
+    """The service reads from several threads (metrics, alerts); a thread that opens many
+    files closes only its own least recently used readers: a connection may be closed only
+    by the thread that made it, and another thread's reader must stay usable."""
+    import threading
+
+    from slowdown.analysis.store.open_files import LIMIT, READERS
+
+    paths = sorted(three_hosts.glob("n*.db"))
+    theirs = Store(paths[0], readonly=True)  # made in this thread, used here alone
+    assert theirs.conn.execute("SELECT count(*) FROM series").fetchone()[0] > 0
+    failures: list[BaseException] = []
+
+    def many() -> None:
+        try:
+            mine = [Store(paths[i % len(paths)], readonly=True) for i in range(LIMIT + 3)]
+            for store in mine:
+                store.conn.execute("SELECT count(*) FROM series").fetchone()
+            assert len(READERS) == LIMIT
+            for store in mine:
+                store.close()
+        except BaseException as exc:  # reported by the main thread
+            failures.append(exc)
+
+    thread = threading.Thread(target=many)
+    thread.start()
+    thread.join()
+    assert failures == []
+    assert not theirs._released  # never closed by the other thread
+    assert theirs.conn.execute("SELECT count(*) FROM series").fetchone()[0] > 0
+    theirs.close()
+
+
 @pytest.mark.parametrize("minute, records", [
     (100, {60: 1, 600: 1, 3600: 6}),  # on a ten: the 10m window is one ten, the hour six
     (106, {60: 1, 600: 10, 3600: 15}),  # 4 minutes, 5 tens and the last 6 of the 10m's minutes

@@ -11,6 +11,7 @@ open while no writer has started: ``read_only_uri``, which creates nothing besid
 from __future__ import annotations
 
 import os
+import threading
 from collections import OrderedDict
 from pathlib import Path
 from typing import Protocol
@@ -27,39 +28,60 @@ class Releasable(Protocol):
 
 
 class OpenFiles:
-    """The reader connections open in this process, least recently used first."""
+    """The reader connections open in this process, least recently used first, per thread.
+
+    Each thread has its own bound: a connection may be closed only by the thread that made it
+    (SQLite's rule in Python), and the service reads from several (its metrics, its alerts).
+    """
 
     def __init__(self, limit: int = LIMIT) -> None:
         self.limit = limit
-        self._open: OrderedDict[int, Releasable] = OrderedDict()
+        self._lock = threading.Lock()
+        self._threads: dict[int, OrderedDict[int, Releasable]] = {}
         self._pid = os.getpid()
 
+    def _mine(self) -> OrderedDict[int, Releasable]:
+        """This thread's readers (none in a forked child: its parent's are not its own)."""
+        with self._lock:
+            if self._pid != os.getpid():
+                self._threads.clear()
+                self._pid = os.getpid()
+            me = threading.get_ident()
+            if me not in self._threads:  # a new thread: those that ended are forgotten
+                alive = {t.ident for t in threading.enumerate()}
+                for gone in [t for t in self._threads if t not in alive]:
+                    del self._threads[gone]
+                self._threads[me] = OrderedDict()
+            return self._threads[me]
+
     def using(self, reader: Releasable) -> None:
-        """``reader`` is in use (open): the oldest others are closed beyond the limit."""
-        if self._pid != os.getpid():  # a forked child: its parent's connections are not its own
-            self._open.clear()
-            self._pid = os.getpid()
+        """``reader`` is in use (open): this thread's oldest others are closed beyond the limit."""
+        mine = self._mine()
         key = id(reader)
-        if key in self._open:
-            self._open.move_to_end(key)
+        if key in mine:
+            mine.move_to_end(key)
             return
-        self._open[key] = reader
-        while len(self._open) > self.limit:
-            _, oldest = self._open.popitem(last=False)
+        mine[key] = reader
+        while len(mine) > self.limit:
+            _, oldest = mine.popitem(last=False)
             oldest.release()
 
     def release_all(self) -> None:
-        """Close every reader's connection (each opens again when next used): before a fork,
-        so that no SQLite connection, nor its descriptors, is carried into the child."""
-        while self._open:
-            _, oldest = self._open.popitem(last=False)
+        """Close this thread's readers' connections (each opens again when next used): before
+        a fork, so that no SQLite connection, nor its descriptors, is carried into the child."""
+        mine = self._mine()
+        while mine:
+            _, oldest = mine.popitem(last=False)
             oldest.release()
 
     def forget(self, reader: Releasable) -> None:
-        self._open.pop(id(reader), None)
+        """``reader`` closed (by whichever thread): out of every thread's list."""
+        with self._lock:
+            for readers in self._threads.values():
+                readers.pop(id(reader), None)
 
     def __len__(self) -> int:
-        return len(self._open)
+        return len(self._mine())
 
 
 READERS = OpenFiles()

@@ -78,8 +78,7 @@ def scene(tmp_path: Path) -> None:
         finally:
             fs.clear()
             _, log = stop_service(proc)
-    # (a reader of its own thread: the scenes run side by side, tests/test_scenes.py)
-    with Store(database, readonly=True, check_same_thread=False) as store:
+    with Store(database, readonly=True) as store:
         slow = [r for r in store.records() if r.start >= start]
     for op in OPS:
         # A sample per tick: the first minute began with the service's start (its workers
