@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -148,7 +148,7 @@ def check_config(probe: ProbeContext, file: Path | None, nodes: int) -> None:
     places = target_places(config)
     for warning in [*caveats(config), *places.warnings]:
         click.echo(warning, err=True)
-    lines = describe_config(config, probe.environ, nodes=nodes)
+    lines = describe_config(config, probe.environ, nodes=nodes, unanswered=places.unanswered)
     if places.errors:  # prepare would fail there: the summary (footprints) all the same
         lines[-1] = (f"configuration has {len(places.errors)} "
                      f"error{'s' if len(places.errors) > 1 else ''} (on standard error)")
@@ -160,9 +160,9 @@ def check_config(probe: ProbeContext, file: Path | None, nodes: int) -> None:
 
 
 def describe_config(config: Config, environ: Mapping[str, str] = os.environ, *,
-                    nodes: int = 1) -> list[str]:
+                    nodes: int = 1, unanswered: Sequence[str] = ()) -> list[str]:
     """A short human summary of a valid configuration, with the targets' footprint on
-    `nodes` nodes."""
+    `nodes` nodes (``unanswered``: paths found hung a moment ago, not waited for again)."""
     from slowdown.analysis.config.fleet_checks import copies_warnings
     from slowdown.probe.footprint import describe_footprint, footprint
 
@@ -219,7 +219,7 @@ def describe_config(config: Config, environ: Mapping[str, str] = os.environ, *,
                      f"{format_size(total_bytes)} and {total_inodes:,} inodes")
     names = ", ".join(rule.name for rule in config.alerts)
     lines.append(f"alerts         {len(config.alerts)}" + (f" ({names})" if names else ""))
-    lines += [f"warning: {line}" for line in copies_warnings(config)]
+    lines += [f"warning: {line}" for line in copies_warnings(config, unanswered)]
     lines.append("configuration OK")
     return lines
 

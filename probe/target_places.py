@@ -5,22 +5,22 @@
 default, a directory under the user's own data directory, has its parents made too). A
 target whose parent is missing is an error when ``prepare`` would fail there, else a
 warning. The looks (``lstat`` of the path, then of each parent up to one that exists) run in
-a forked child given ``LOOK_TIMEOUT``: a call stuck in a hung filesystem cannot be
-interrupted, and a thread of check-config's own stuck there would keep it from exiting. The
-child left behind holds none of check-config's output, so nothing waits for it.
+a forked child given ``LOOK_TIMEOUT`` (``store/bounded.py``): a call stuck in a hung
+filesystem cannot be interrupted, and a thread of check-config's own stuck there would keep
+it from exiting. The paths that did not answer are kept, so that nothing else check-config
+does waits for them again.
 """
 
 from __future__ import annotations
 
 import errno
-import json
 import os
-import select
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from slowdown.analysis.config import Config, ConfigError
 from slowdown.analysis.config.caveats import located
+from slowdown.analysis.store.bounded import Unanswered, call_bounded
 from slowdown.analysis.units import format_duration
 
 LOOK_TIMEOUT = 2.0  # seconds one lstat may take before its filesystem is said not to answer
@@ -29,10 +29,11 @@ LOOK_TIMEOUT = 2.0  # seconds one lstat may take before its filesystem is said n
 @dataclass
 class Places:
     """What check-config says of the targets' places: errors (each a ``ConfigError``, naming
-    file, line and key) and warning lines."""
+    file, line and key), warning lines, and the paths that did not answer in time."""
 
     errors: list[ConfigError] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    unanswered: list[str] = field(default_factory=list)
 
 
 def target_places(config: Config, timeout: float = LOOK_TIMEOUT) -> Places:
@@ -46,6 +47,8 @@ def target_places(config: Config, timeout: float = LOOK_TIMEOUT) -> Places:
         missing = [d for d, code in zip(path.parents, (found or [])[1:]) if code == errno.ENOENT]
         existing = path.parents[len(missing)] if found and found[-1] == 0 else None
         warning = None
+        if found is None:
+            places.unanswered.append(str(path))
         if found is None or found[0] not in (0, errno.ENOENT):
             warning = _unanswered(path, found[0] if found else None, timeout)
         elif missing and target.create_parents:
@@ -66,27 +69,10 @@ def _look_up(path: Path, timeout: float) -> list[int] | None:
     """``lstat`` of ``path`` and of its parents up to the first that exists: 0 where one
     exists, else its errno, the last one the first that is not ENOENT (or the root). None
     when the child did not answer within ``timeout`` (it is left to the filesystem)."""
-    read_end, write_end = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the child: nothing of the parent's output, one write, and out
-        try:
-            os.close(read_end)
-            null = os.open(os.devnull, os.O_RDWR)
-            for fd in (0, 1, 2):
-                os.dup2(null, fd)
-            os.write(write_end, json.dumps(_codes(path)).encode())
-        finally:
-            os._exit(0)
-    os.close(write_end)
     try:
-        ready, _, _ = select.select([read_end], [], [], timeout)
-        data = os.read(read_end, 1 << 16) if ready else b""
-    finally:
-        os.close(read_end)
-    if not data:
-        return None  # not reaped: it ends when the filesystem answers, reaped by init then
-    os.waitpid(pid, 0)
-    return json.loads(data)
+        return call_bounded(f"target path {path}", lambda note: _codes(path), timeout)
+    except Unanswered:
+        return None
 
 
 def _codes(path: Path) -> list[int]:

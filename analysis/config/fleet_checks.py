@@ -6,7 +6,7 @@ says so, docs/FLEET.md, but has no peers' numbers). Not an error (a small site m
 other shared filesystem), a warning. Paths are compared resolved (symbolic links followed),
 in a child process with a deadline: resolving touches each directory on the way, and a
 hung filesystem must not hang ``check-config``; past the deadline they are compared as
-written.
+written, as are at once the paths under one already known not to answer.
 """
 
 from __future__ import annotations
@@ -21,8 +21,9 @@ from slowdown.analysis.store.bounded import Unanswered, call_bounded
 RESOLVE_TIMEOUT = 2.0  # seconds to resolve the paths before they are compared as written
 
 
-def copies_warnings(config: Config) -> list[str]:
-    """One line per ``[publish] dir`` or ``[fleet] databases`` glob under a target's path."""
+def copies_warnings(config: Config, unanswered: Sequence[str] = ()) -> list[str]:
+    """One line per ``[publish] dir`` or ``[fleet] databases`` glob under a target's path.
+    ``unanswered``: paths that did not answer a moment ago (a hung filesystem)."""
     places = []
     if config.publish is not None:
         places.append(("[publish] dir", str(config.publish.dir), str(config.publish.dir),
@@ -34,7 +35,7 @@ def copies_warnings(config: Config) -> list[str]:
     if not places:
         return []
     targets = [(t.name, str(t.path)) for t in config.targets]
-    resolved = _resolved([d for _, _, d, _ in places] + [p for _, p in targets])
+    resolved = _resolved([d for _, _, d, _ in places] + [p for _, p in targets], unanswered)
     directories, paths = resolved[:len(places)], resolved[len(places):]
     lines = []
     for (key, shown, _, loss), directory in zip(places, directories):
@@ -47,16 +48,19 @@ def copies_warnings(config: Config) -> list[str]:
     return lines
 
 
-def _resolved(paths: Sequence[str]) -> list[str]:
+def _resolved(paths: Sequence[str], unanswered: Sequence[str]) -> list[str]:
     """The paths with symbolic links resolved, or as written (absolute and normal) when
-    that takes longer than ``RESOLVE_TIMEOUT``."""
+    that takes longer than ``RESOLVE_TIMEOUT`` or they lie under an ``unanswered`` path."""
     written = [os.path.normpath(os.path.abspath(os.path.expanduser(p))) for p in paths]
+    hung = [os.path.normpath(os.path.abspath(p)) for p in unanswered]
+    asked = [p for p in written if not any(under(p, h) for h in hung)]
     try:
-        return call_bounded("check-config paths",
-                            lambda note: [os.path.realpath(p) for p in written],
-                            RESOLVE_TIMEOUT)
+        found = dict(zip(asked, call_bounded(
+            "check-config paths", lambda note: [os.path.realpath(p) for p in asked],
+            RESOLVE_TIMEOUT))) if asked else {}
     except Unanswered:
         return written
+    return [found.get(p, p) for p in written]
 
 
 __all__ = ["copies_warnings"]
