@@ -54,7 +54,7 @@ def history(ctx, dbs, targets, hosts, ops, at, since, until, every, statistics, 
                             cells, data)
         return
     from slowdown.analysis.cli import csvtext
-    from slowdown.analysis.cli import parallel as forked
+    from slowdown.analysis.store import forking as forked
 
     pairs, records = _pairs(reader.stores, selection)
     parts = max(1, min(len(pairs), jobs or min(forked.cpus(), forked.MAX_PROCESSES,
