@@ -22,6 +22,7 @@ RANKS = {
     "slowdown.analysis.alerts": 5,
     "slowdown.analysis.fio": 5,
     "slowdown.analysis.report": 5,
+    "slowdown.analysis.view": 5,
     "slowdown.probe": 6,
     "slowdown.analysis.cli": 6,
 }

@@ -72,7 +72,7 @@ def _config_loader(path: Path | None):
     """The configuration, read once and only when a command asks for it."""
 
     def load() -> object:
-        from slowdown.analysis.cli.scope import load_config_or_exit
+        from slowdown.analysis.cli.read_setup import load_config_or_exit
 
         return load_config_or_exit(path)
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import click
 
-from slowdown.analysis.cli.scope import parse_time_option
+from slowdown.analysis.cli.read_setup import parse_time_option
 from slowdown.analysis.stats.baseline import data_lengths, rebaseline
 from slowdown.analysis.store import Store, StoreError, expand_paths
 from slowdown.analysis.units import format_duration

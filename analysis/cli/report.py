@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from slowdown.analysis.cli import scope as cli
+from slowdown.analysis.cli import read_setup as cli
 from slowdown.analysis.cli.options import read_options
 from slowdown.analysis.cli.provision import parse_provision_options, provision_options
 from slowdown.analysis.store.records import MINUTE, minute_of
@@ -83,7 +83,7 @@ def report(ctx, dbs, targets, hosts, ops, at, since, until, output, statistics, 
     end = minute_of(cli.parse_time_option(until, reader.now, "--until"))
     if start >= end:
         raise click.BadParameter("must be at least a minute before --until", param_hint="--since")
-    reader.check_kept(start, end, "--since")
+    cli.check_kept(reader, start, end, "--since")
     stats = [cli.parse_statistic_option(s) for s in statistics] or list(reader.config.statistics)
     spans = []
     for text in windows:

@@ -119,7 +119,7 @@ def _key(names: Selection, end: int, spans: Sequence[int]) -> tuple:
 
 
 class Visit:
-    """The windows of one query read in the visit that opens each file (``cli/opening.py``):
+    """The windows of one query read in the visit that opens each file (``view/opened_files.py``):
     ``add`` each store just opened, ``done`` at the end of a process's share of the files.
     The file is read once instead of twice (a connection, its schema and pages read again
     from the operating system: about a third of the cost of a cluster's ``slowdown``). A file

@@ -7,7 +7,7 @@ are free, the work is split between this process and forked ones. Connections ar
 before the fork (a forked process may not use its parent's SQLite connections: each child
 connects anew to its files, as after a release by the bound on open files), and each child
 pickles its result down a pipe; the parent returns the results in the tasks' order. Three
-readers share it: the opening of a cluster's files (``cli/opening.py``), the cluster's
+readers share it: the opening of a cluster's files (``view/opened_files.py``), the cluster's
 windows (``cluster_windows.py``) and history folded a file at a time (``stats/folded.py``).
 
 A 30-day history is half a million rows, and Python's sqlite3 makes an object of every value

@@ -156,7 +156,7 @@ class Store:
     @classmethod
     def opened_elsewhere(cls, path: str | os.PathLike, state: tuple) -> Store:
         """A reader of a file another process opened and checked a moment ago
-        (``cli/opening.py``): closed until first used, then connected as after a
+        (``view/opened_files.py``): closed until first used, then connected as after a
         ``release`` (open_files.py), without a second schema check."""
         store = cls.__new__(cls)
         store.path = Path(path)
