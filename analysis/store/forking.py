@@ -8,7 +8,7 @@ before the fork (a forked process may not use its parent's SQLite connections: e
 connects anew to its files, as after a release by the bound on open files), and each child
 pickles its result down a pipe; the parent returns the results in the tasks' order. Three
 readers share it: the opening of a cluster's files (``view/opened_files.py``), the cluster's
-windows (``cluster_windows.py``) and history folded a file at a time (``stats/folded.py``).
+windows (``cluster_windows.py``) and history folded a file at a time (``stats/history_by_file.py``).
 
 A 30-day history is half a million rows, and Python's sqlite3 makes an object of every value
 read: about a microsecond a row that no query shape avoids. Where cores are free, the series
