@@ -15,6 +15,7 @@ RANKS = {
     "slowdown.analysis.units": 0,
     "slowdown.analysis.words": 0,
     "slowdown.analysis.machine": 0,
+    "slowdown.analysis.atomic_write": 0,
     "slowdown.analysis.histogram": 1,
     "slowdown.analysis.store": 2,
     "slowdown.analysis.stats": 3,
@@ -22,6 +23,7 @@ RANKS = {
     "slowdown.analysis.alerts": 5,
     "slowdown.analysis.fio": 5,
     "slowdown.analysis.report": 5,
+    "slowdown.analysis.view": 5,
     "slowdown.probe": 6,
     "slowdown.analysis.cli": 6,
 }

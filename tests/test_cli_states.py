@@ -18,8 +18,8 @@ import pytest
 from click.testing import CliRunner
 
 from slowdown.analysis.cli.main import main
-from slowdown.analysis.cli.scope import LIVE_FRESH
 from slowdown.analysis.units import format_clock
+from slowdown.analysis.view.service_states import LIVE_FRESH
 from tests.datakit import fill, lognormal
 from tests.reliabilitykit import offset_env, offset_to
 from tests.servicekit import (

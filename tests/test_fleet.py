@@ -367,8 +367,8 @@ def test_files_opened_by_several_processes_are_those_one_process_opens(three_hos
     """The forked opening of a cluster view gives, file by file and in order, what one
     process gives: the series, the baselines in force and their histograms, the errors of a
     damaged and a foreign file in a child's share; its stores read as stores opened here."""
-    from slowdown.analysis.cli.opening import open_all
     from slowdown.analysis.store import Selection
+    from slowdown.analysis.view.opened_files import open_all
 
     paths = copies(three_hosts, 8)
     with Store(paths[1]) as store:  # baselines: one in force at AT, one not yet
@@ -400,7 +400,7 @@ def test_a_book_of_one_statistic_reads_the_others_when_asked_for_them(three_host
     """A cluster's ``slowdown`` reads while opening only the baselines of the statistic it
     shows, in force at its moment, and their histograms; a book made of them gives what a
     book of every baseline gives, for that statistic and (reading them all) for another."""
-    from slowdown.analysis.cli.opening import open_all
+    from slowdown.analysis.view.opened_files import open_all
 
     paths = sorted(three_hosts.glob("n*.db"))
     for path in paths:
@@ -459,8 +459,8 @@ def test_the_windows_are_read_in_the_visits_that_open_the_files(three_hosts, mon
     leaves the visit unused: the windows are then read as without it."""
     from functools import partial
 
-    from slowdown.analysis.cli.opening import open_all
     from slowdown.analysis.store import Selection, cluster_windows
+    from slowdown.analysis.view.opened_files import open_all
 
     paths = copies(three_hosts, 9)
     end, spans = NOV + 100 * 60, [60, 600, 3600]

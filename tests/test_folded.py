@@ -1,4 +1,4 @@
-"""History and the report over several files, folded a file at a time (stats.folded), give
+"""History and the report over several files, folded a file at a time (stats.history_by_file), give
 the numbers of the reading that holds every record (stats.series), to the bit: random files
 of hour and minute records (several hosts a file, both tables over the same hour, histograms
 of two scales, zeros, stuck ops, errors), steps that cut hours, ranges cut anywhere."""
@@ -15,7 +15,9 @@ from hypothesis import strategies as st
 from slowdown.analysis.histogram import Histogram
 from slowdown.analysis.report import data as report_data
 from slowdown.analysis.report import provision
-from slowdown.analysis.stats import folded, folded_rows, series
+from slowdown.analysis.stats import history_by_file as folded
+from slowdown.analysis.stats import record_arrays as folded_rows
+from slowdown.analysis.stats import series
 from slowdown.analysis.store import Selection, Store
 from slowdown.analysis.store.records import HOUR, MINUTE, Record
 

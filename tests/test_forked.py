@@ -9,8 +9,8 @@ import time
 
 import pytest
 
-from slowdown.analysis.cli import parallel as forked
 from slowdown.analysis.store import StoreError
+from slowdown.analysis.store import forking as forked
 
 
 def render(part: int) -> list[bytes]:

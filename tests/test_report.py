@@ -497,11 +497,11 @@ def test_an_unwritable_output_is_named(db, tmp_path, where):
 
 
 def test_a_failed_write_leaves_no_partial_file(db, tmp_path, monkeypatch):
-    import slowdown.analysis.cli.report as report_cli
+    import slowdown.analysis.atomic_write as report_cli
 
     out = tmp_path / "r.html"
     out.write_text("an earlier report\n")
-    real = report_cli._temp_beside
+    real = report_cli.temp_beside
     calls = []
 
     def failing(path, data):  # the second file (the first PNG) hits a full disk
@@ -510,7 +510,7 @@ def test_a_failed_write_leaves_no_partial_file(db, tmp_path, monkeypatch):
             raise OSError(28, "No space left on device")
         return real(path, data)
 
-    monkeypatch.setattr(report_cli, "_temp_beside", failing)
+    monkeypatch.setattr(report_cli, "temp_beside", failing)
     code, text = run("report", "--db", db, "--at", AT, "--since", "1h", "--target", "home",
                      "--op", "md-stat", "-o", out, "--png", tmp_path / "png")
     assert code == 1 and "--png: cannot write" in text and "No space left" in text

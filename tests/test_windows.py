@@ -15,13 +15,13 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from slowdown.analysis.cli.main import main
-from slowdown.analysis.cli.scope import Reader
 from slowdown.analysis.config import loads
 from slowdown.analysis.histogram import Histogram
 from slowdown.analysis.report.data import collect
 from slowdown.analysis.stats.window import estimate
 from slowdown.analysis.store import Selection, Store, aggregate
 from slowdown.analysis.store.records import HOUR, MINUTE, Record
+from slowdown.analysis.view.reader import Reader
 from slowdown.probe.service import Service
 from tests.datakit import utc
 

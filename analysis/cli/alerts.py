@@ -19,11 +19,12 @@ from slowdown.analysis.alerts.notification import show_value
 from slowdown.analysis.alerts.rules import subjects
 from slowdown.analysis.alerts.state import load_states
 from slowdown.analysis.cli.output import dump_json, table
-from slowdown.analysis.cli.scope import fresh, parse_duration_option
+from slowdown.analysis.cli.read_setup import parse_duration_option
 from slowdown.analysis.config import AlertRule, Config
 from slowdown.analysis.store import Store, StoreError, expand_paths
 from slowdown.analysis.store.live import read_live
 from slowdown.analysis.units import format_duration
+from slowdown.analysis.view.service_states import fresh
 
 EXIT_FAILED = 1
 

@@ -7,7 +7,7 @@ import sys
 
 import click
 
-from slowdown.analysis.cli import scope as cli
+from slowdown.analysis.cli import read_setup as cli
 from slowdown.analysis.cli.options import read_options
 from slowdown.analysis.cli.output import (
     collecting_text,
@@ -21,6 +21,7 @@ from slowdown.analysis.stats.slowdown import target_slowdowns
 from slowdown.analysis.store import Selection
 from slowdown.analysis.store.records import minute_of
 from slowdown.analysis.units import format_age, format_clock, format_duration
+from slowdown.analysis.view.service_states import NOT_YET, PREPARING, RUNNING, STOPPED
 
 OK, WARNING, CRITICAL, UNKNOWN = 0, 1, 2, 3
 STATE_NAMES = ("OK", "WARNING", "CRITICAL", "UNKNOWN")
@@ -159,7 +160,7 @@ def check(ctx, dbs, targets, hosts, ops, at, window, statistic, warning, critica
     target_ops = reader.target_ops()
     states = reader.target_states()
     collecting = {t: ts for t, ts in states.items()
-                  if ts.state in cli.NOT_YET and t not in target_ops}
+                  if ts.state in NOT_YET and t not in target_ops}
     if not target_ops:
         if collecting:
             click.echo("SLOWDOWN UNKNOWN - " + "; ".join(
@@ -178,7 +179,7 @@ def check(ctx, dbs, targets, hosts, ops, at, window, statistic, warning, critica
     # within the window: CRITICAL, whatever the numbers (store/landing.py).
     lost = landing_notes(reader.services(), reader.now - span, reader.now, reader.now)
     halted = {t: ts for t, ts in states_of_numbers.items()  # no service behind the numbers
-              if ts.known_stopped or ts.state == cli.PREPARING}
+              if ts.known_stopped or ts.state == PREPARING}
     if reader.now - (newest + 60) > stale_after or (halted and len(halted) == len(results)):
         text = "; ".join(lost) or _stale(reader, newest, states_of_numbers)
         click.echo(f"SLOWDOWN {'CRITICAL' if lost else 'UNKNOWN'} - {text}")
@@ -290,16 +291,16 @@ def _stale(reader, newest: float, states: dict) -> str:
     """Why the newest record is old: the service stopped (and when its numbers end), or it
     runs and writes nothing (its database?), or nothing is known of it."""
     age = format_duration(max(0, round(reader.now - newest - 60)))
-    preparing = [ts for ts in states.values() if ts.state == cli.PREPARING]
+    preparing = [ts for ts in states.values() if ts.state == PREPARING]
     if preparing and len(preparing) == len(states):
         return (f"{collecting_text(preparing[0], reader.now)}; numbers from "
                 f"{format_clock(newest, reader.now)}, {format_age(reader.now - newest)} ago")
-    stopped = [ts for ts in states.values() if ts.state == cli.STOPPED]
+    stopped = [ts for ts in states.values() if ts.state == STOPPED]
     if stopped and len(stopped) == len(states):
-        hosts = sorted({h for ts in stopped for h, s in ts.hosts.items() if s == cli.STOPPED})
+        hosts = sorted({h for ts in stopped for h, s in ts.hosts.items() if s == STOPPED})
         where = f" on {', '.join(hosts)}" if len(reader.stores) > 1 else ""
         return (f"service stopped{where}; numbers from {format_clock(newest, reader.now)}, "
                 f"{format_age(reader.now - newest)} ago")
-    if states and all(ts.state == cli.RUNNING for ts in states.values()):
+    if states and all(ts.state == RUNNING for ts in states.values()):
         return f"no new records for {age} (the service runs: can it write its database?)"
     return f"no new records for {age} (is the service running?)"

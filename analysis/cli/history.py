@@ -10,7 +10,7 @@ import sys
 
 import click
 
-from slowdown.analysis.cli import scope as cli
+from slowdown.analysis.cli import read_setup as cli
 from slowdown.analysis.cli.options import read_options
 from slowdown.analysis.store import Selection, Store
 from slowdown.analysis.store.records import minute_of
@@ -36,7 +36,7 @@ def history(ctx, dbs, targets, hosts, ops, at, since, until, every, statistics, 
     end = minute_of(cli.parse_time_option(until, reader.now, "--until"))
     if start >= end:
         raise click.BadParameter("must be at least a minute before --until", param_hint="--since")
-    reader.check_kept(start, end, "--since")
+    cli.check_kept(reader, start, end, "--since")
     step = cli.parse_duration_option(every, "--every")
     if step < 60 or step % 60:
         raise click.BadParameter("must be whole minutes", param_hint="--every")
@@ -54,7 +54,7 @@ def history(ctx, dbs, targets, hosts, ops, at, since, until, every, statistics, 
                             cells, data)
         return
     from slowdown.analysis.cli import csvtext
-    from slowdown.analysis.cli import parallel as forked
+    from slowdown.analysis.store import forking as forked
 
     pairs, records = _pairs(reader.stores, selection)
     parts = max(1, min(len(pairs), jobs or min(forked.cpus(), forked.MAX_PROCESSES,

@@ -1,5 +1,5 @@
-"""Options every read command shares, declared apart from ``scope`` (which reads what they
-name): the group in ``main`` takes them too, and must not import the configuration, the store
+"""Options every read command shares, declared apart from ``read_setup`` (which opens what
+they name): the group in ``main`` takes them too, and must not import the configuration, the store
 and numpy to do so, or ``slowdown import-fio`` would pay for them at every start."""
 
 from __future__ import annotations

@@ -73,7 +73,7 @@ FIRST_NUMBERS_GRACE = 10.0  # seconds past the first flush before the first numb
 
 def collecting_text(state: Any, now: float) -> str:
     """``collecting since 16:41:55 UTC, first numbers at 16:43:00 UTC`` for a target (a
-    ``scope.TargetState``) whose service runs but has written no minute of it yet;
+    ``service_states.TargetState``) whose service runs but has written no minute of it yet;
     ``preparing since 16:41:50 UTC`` while slowdown-probe makes the workspaces."""
     from slowdown.analysis.units import format_clock
 
@@ -89,7 +89,7 @@ def collecting_text(state: Any, now: float) -> str:
 def state_notes(state: Any, now: float, cluster: bool) -> list[str]:
     """What to add to a line of numbers about the services behind them: ``service stopped;
     numbers from 10:42:00 UTC, 7m ago``; on a cluster, the hosts it concerns. (The states
-    are ``scope``'s: running, collecting, stopped.)"""
+    are ``service_states``': running, collecting, stopped.)"""
     from slowdown.analysis.units import format_age, format_clock
 
     def on(hosts: list[str]) -> str:
@@ -130,7 +130,7 @@ def state_notes(state: Any, now: float, cluster: bool) -> list[str]:
 
 def landing_notes(services: Sequence[Any], start: float, end: float, now: float,
                   ongoing_only: bool = False) -> list[str]:
-    """What readers must be told of records that did not reach a database (``scope``'s
+    """What readers must be told of records that did not reach a database (``service_states``'
     services, ``store/landing.py``) in ``[start, end]``: going on now (``records are not
     reaching ... since ...``), or ended but with the file itself deleted, moved or replaced
     (what the file at the path held before is not in it). ``ongoing_only``: the first kind."""

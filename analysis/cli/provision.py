@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 import click
 
-from slowdown.analysis.cli.scope import parse_fraction_option
+from slowdown.analysis.cli.read_setup import parse_fraction_option
 from slowdown.analysis.report.provision import DEFAULT_SEED, DEFAULT_TRIALS, Goal, parse_goal
 
 

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import os
-import tempfile
 from pathlib import Path
 
 import click
 
-from slowdown.analysis.cli import scope as cli
+from slowdown.analysis.atomic_write import NotWritten, replace_all
+from slowdown.analysis.cli import read_setup as cli
 from slowdown.analysis.cli.options import read_options
 from slowdown.analysis.cli.provision import parse_provision_options, provision_options
 from slowdown.analysis.store.records import MINUTE, minute_of
@@ -21,42 +21,15 @@ def _writable_dir(path: Path, flag: str) -> None:
         raise click.BadParameter(f"{path} is not writable", param_hint=flag)
 
 
-def _umask() -> int:
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
-
-
-def _temp_beside(path: Path, data: bytes) -> Path:
-    """``data`` in a new file beside ``path`` (renamed onto it later)."""
-    fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        os.fchmod(fd, 0o666 & ~_umask())  # as an ordinary new file (mkstemp makes it 0600)
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-    except BaseException:
-        Path(name).unlink(missing_ok=True)
-        raise
-    return Path(name)
-
-
 def write_all(files: list[tuple[Path, bytes, str]]) -> None:
-    """Write every ``(path, data, flag)`` whole or none: temp files first, then renames."""
-    done: list[tuple[Path, Path]] = []
+    """Write every ``(path, data, flag)`` whole or none (``atomic_write.replace_all``); a
+    file that cannot be written is named with its flag."""
     try:
-        for path, data, flag in files:
-            try:
-                done.append((_temp_beside(path, data), path))
-            except OSError as exc:
-                raise click.ClickException(f"{flag}: cannot write {path}: "
-                                           f"{exc.strerror or exc}") from None
-        for temp, path in done:
-            os.replace(temp, path)
-    finally:
-        for temp, _ in done:
-            temp.unlink(missing_ok=True)
+        replace_all([(path, data) for path, data, _ in files])
+    except NotWritten as exc:
+        path, _, flag = files[exc.index]
+        raise click.ClickException(f"{flag}: cannot write {path}: "
+                                   f"{exc.error.strerror or exc.error}") from None
 
 
 @click.command("report")
@@ -83,7 +56,7 @@ def report(ctx, dbs, targets, hosts, ops, at, since, until, output, statistics, 
     end = minute_of(cli.parse_time_option(until, reader.now, "--until"))
     if start >= end:
         raise click.BadParameter("must be at least a minute before --until", param_hint="--since")
-    reader.check_kept(start, end, "--since")
+    cli.check_kept(reader, start, end, "--since")
     stats = [cli.parse_statistic_option(s) for s in statistics] or list(reader.config.statistics)
     spans = []
     for text in windows:

@@ -7,7 +7,7 @@ import math
 
 import click
 
-from slowdown.analysis.cli import scope as cli
+from slowdown.analysis.cli import read_setup as cli
 from slowdown.analysis.cli.options import read_options
 from slowdown.analysis.cli.output import clean, dump_json, table
 from slowdown.analysis.cli.provision import parse_provision_options, provision_options
@@ -40,7 +40,7 @@ def stats(ctx, dbs, targets, hosts, ops, at, since, until, as_json, provision, c
     # Whole minutes that begin in [--since, --until): the current minute is in with what it
     # holds so far, and a window never cuts a minute record (hour records: by overlap).
     start, end = (-(-int(t) // MINUTE) * MINUTE for t in (start, end))
-    reader.check_kept(start, end, "--since")
+    cli.check_kept(reader, start, end, "--since")
     goal, level = parse_provision_options(provision, confidence)
     rows, doc = [], []
     for target, target_ops in reader.target_ops().items():

@@ -20,10 +20,8 @@ from slowdown.analysis.cli.output import (
     state_notes,
     table,
 )
-from slowdown.analysis.cli.scope import (
-    NOT_YET,
-    Reader,
-    TargetState,
+from slowdown.analysis.cli.read_setup import (
+    check_kept,
     open_reader,
     parse_fraction_option,
     parse_statistic_option,
@@ -32,6 +30,8 @@ from slowdown.analysis.stats.slowdown import TargetSlowdown, accurate_window, ta
 from slowdown.analysis.stats.verdict import Verdict
 from slowdown.analysis.store.records import minute_of
 from slowdown.analysis.units import format_clock, format_duration, format_latency
+from slowdown.analysis.view.reader import Reader
+from slowdown.analysis.view.service_states import NOT_YET, TargetState
 
 
 def uptime(ctx: click.Context, dbs, targets, hosts, ops, at, statistic: str | None,
@@ -48,7 +48,7 @@ def uptime(ctx: click.Context, dbs, targets, hosts, ops, at, statistic: str | No
     collecting = [t for t, ts in states.items() if ts.state in NOT_YET and t not in target_ops]
     if not target_ops and not collecting:
         raise click.ClickException(reader.nothing_to_show())
-    reader.check_kept(reader.now - max(reader.config.windows), reader.now, "--at")
+    check_kept(reader, reader.now - max(reader.config.windows), reader.now, "--at")
     book = reader.book()
     shown = reader.config.fleet is not None or as_json  # JSON says "unknown" without one
     verdicts = verdicts_of(reader, target_ops) if shown else {}

@@ -7,7 +7,7 @@ import time
 
 import click
 
-from slowdown.analysis.cli import scope as cli
+from slowdown.analysis.cli import read_setup as cli
 from slowdown.analysis.cli.options import read_options
 from slowdown.analysis.cli.output import (
     collecting_text,
@@ -19,6 +19,7 @@ from slowdown.analysis.cli.output import (
 )
 from slowdown.analysis.stats.slowdown import target_slowdowns
 from slowdown.analysis.units import format_clock, format_duration, format_latency
+from slowdown.analysis.view.service_states import COLLECTING, NOT_YET, PREPARING, RUNNING, STOPPED
 
 EPILOG = """\b
 Each target shows its numbers, or "collecting since ..., first numbers at ..."
@@ -95,7 +96,7 @@ def _watch_frame(cli, reader, statistic, verdict_cache: dict | None = None) -> s
     results = target_slowdowns(reader.stores, reader.book(), list(target_ops), target_ops,
                                reader.config.windows, stat, reader.now, hosts=reader.hosts,
                                live_stuck=stuck)
-    names = sorted({*results, *(t for t, s in states.items() if s.state in cli.NOT_YET)})
+    names = sorted({*results, *(t for t, s in states.items() if s.state in NOT_YET)})
     verdicts = _fleet_verdicts(reader, target_ops, {} if verdict_cache is None
                                else verdict_cache)
     lines = [f"{format_clock(reader.now)}  slowdown ({stat})"]
@@ -123,18 +124,18 @@ def _watch_frame(cli, reader, statistic, verdict_cache: dict | None = None) -> s
     if not names:
         lines.append(f"  {reader.nothing_to_show()}")
     for service in reader.services():
-        said = {cli.RUNNING: "running", cli.COLLECTING: "running, collecting its first minute",
-                cli.PREPARING: "not running yet: preparing the workspaces",
-                cli.STOPPED: "not running"}[service.state]
-        if service.state == cli.STOPPED and service.last_seen is not None:
+        said = {RUNNING: "running", COLLECTING: "running, collecting its first minute",
+                PREPARING: "not running yet: preparing the workspaces",
+                STOPPED: "not running"}[service.state]
+        if service.state == STOPPED and service.last_seen is not None:
             said += f" (last seen {format_clock(service.last_seen, reader.now)})"
-        elif service.state == cli.STOPPED and service.published is not None:
+        elif service.state == STOPPED and service.published is not None:
             said = f"read from a copy made at {format_clock(service.published, reader.now)}"
         lines.append(f"  service on {service.host or service.database}: {said}")
         span = max(reader.config.windows, default=3600)
         lines += [f"    {note}" for note in
                   landing_notes([service], reader.now - span, reader.now, reader.now)]
-        if not service.live or service.state == cli.STOPPED:
+        if not service.live or service.state == STOPPED:
             continue
         for target, info in service.live.get("targets", {}).items():
             last = info.get("last", {})

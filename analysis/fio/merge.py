@@ -18,7 +18,6 @@ and files are released however the merge ends.
 from __future__ import annotations
 
 import math
-import os
 import warnings
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
@@ -32,6 +31,7 @@ from slowdown.analysis.fio.intervals import IntervalSeries
 from slowdown.analysis.fio.logblock import Block
 from slowdown.analysis.fio.sources import CUT, Source
 from slowdown.analysis.fio.textblocks import Buffers, RawBlock, TextBlocks
+from slowdown.analysis.store.forking import cpus
 
 if TYPE_CHECKING:  # printing intervals needs neither slowdown's histogram nor the store
     from slowdown.analysis.fio.minute_records import MinuteRecords
@@ -83,7 +83,7 @@ def merge(sources: Sequence[Source], consumer: IntervalSeries | MinuteRecords, *
     """Feed every file to ``consumer`` in time lockstep; yields what it completes. A file's
     last line cut short (no newline, and not a whole line) is left out and said to ``warn``
     (by default a Python warning)."""
-    workers = workers or min(os.cpu_count() or 1, 8)
+    workers = workers or min(cpus(), 8)
     # Blocks read ahead per file: with many files the others keep the threads busy.
     depth = 2 if len(sources) < 2 * workers else 1
     # Per file: depth + 1 buffers of text and as many blocks parsed (up to 3 times larger),

@@ -16,11 +16,11 @@ value, with exact count, sum, min and max.
 from __future__ import annotations
 
 import io
-import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from slowdown.analysis.atomic_write import replace_whole
 from slowdown.analysis.fio.intervals import Row
 
 if TYPE_CHECKING:  # printing needs no store
@@ -74,19 +74,10 @@ def write_file(path: Path, text: str, force: bool = False) -> None:
     An existing file is replaced only with ``force``: slowdown overwrites no file it was not
     asked to.
     """
-    import tempfile
-
     path = Path(path)
     if path.exists() and not force:
         raise FileExistsError(f"{path}: exists; add --force to replace it")
-    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent or ".")
-    try:
-        with os.fdopen(handle, "w") as f:
-            f.write(text)
-        os.replace(temporary, path)
-    except BaseException:
-        os.unlink(temporary)
-        raise
+    replace_whole(path, text.encode(), mode=0o600)  # private, as it has always been made
 
 
 def existing_records(store, target: str, records: Sequence[Record]) -> int | None:

@@ -38,7 +38,7 @@ import numpy as np
 from slowdown.analysis.histogram import codec
 from slowdown.analysis.histogram.mapping import MIN_SCALE
 from slowdown.analysis.report import provision as prov
-from slowdown.analysis.stats import folded, series
+from slowdown.analysis.stats import history_by_file, series
 from slowdown.analysis.stats.window import quantile_of
 from slowdown.analysis.store import Selection, Store, forking
 from slowdown.analysis.store.records import HOUR, MINUTE, TABLES_SPAN
@@ -187,7 +187,7 @@ def _lowered(scale: int, lo: int, hi: int) -> int:
 def _folded_heatmap(grid: Grid, scale: int, lo: int, table: np.ndarray,
                     zeros: np.ndarray) -> dict:
     """``_heatmap`` from the (column, bucket) counts folded file by file
-    (``stats.folded.Extras``): the same rows and counts."""
+    (``stats.history_by_file.Extras``): the same rows and counts."""
     hi = lo + table.shape[1] - 1
     k = _lowered(scale, lo, hi)
     lowest, rows = lo >> k, (hi >> k) - (lo >> k) + 1
@@ -328,9 +328,9 @@ def collect(reader, start: int, end: int, statistics: Sequence[str], windows: Se
     wanted = [s for s in dict.fromkeys([*PERCENTILES, *statistics]) if quantile_of(s) is not None]
     steps = {w: max(MINUTE, int(w) // MINUTE * MINUTE) for w in windows}
     needed = list(dict.fromkeys([grid.step, *steps.values()]))
-    if len(stores) > 1:  # a cluster: each file read once for every figure (stats.folded)
-        extras = folded.Extras(grid.t0, grid.step, grid.columns)
-        at_step = dict(zip(needed, folded.histories(
+    if len(stores) > 1:  # a cluster: each file read once for every figure (stats.history_by_file)
+        extras = history_by_file.Extras(grid.t0, grid.step, grid.columns)
+        at_step = dict(zip(needed, history_by_file.histories(
             stores, selection, needed, wanted, extras=extras,
             processes=forking.processes() if len(stores) >= SPLIT_FROM else 1)))
         heat = {pair: _folded_heatmap(grid, *v) for pair, v in extras.heat.items()}

@@ -293,6 +293,14 @@ def data_extent(store: Store, target: str, op: str, start: int, end: int
     return min(f[0] for f in found), max(f[1] for f in found)
 
 
+def data_lengths(store: Store, made: list) -> list[int]:
+    """How long the data of each new baseline's pair really is (not the period asked for:
+    three minutes of records in a day's period are three minutes of data)."""
+    found = {(b.target, b.op): data_extent(store, b.target, b.op, b.data_from, b.data_to)
+             for b in made}
+    return [end - start for start, end in (f for f in found.values() if f is not None)]
+
+
 @dataclass(frozen=True)
 class Expected:
     """The denominator of a slowdown: a value, and where it came from."""

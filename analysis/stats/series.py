@@ -162,13 +162,13 @@ def histories(stores: Sequence[Store], selection: Selection, steps: Sequence[int
         -> list[Cells]:
     """``history`` at each of ``steps``, from one read of the records and, if any step needs
     them, one read of their histograms; over several files (``fold``), a file at a time
-    (``stats.folded``: the same numbers, in memory that follows the cells)."""
+    (``stats.history_by_file``: the same numbers, in memory that follows the cells)."""
     from slowdown.analysis.stats.window import quantile_of
 
     if fold and len(stores) > 1 and None not in (selection.start, selection.end):
-        from slowdown.analysis.stats import folded
+        from slowdown.analysis.stats import history_by_file
 
-        return folded.histories(stores, selection, steps, statistics, moments)
+        return history_by_file.histories(stores, selection, steps, statistics, moments)
 
     wanted = {s: quantile_of(s) for s in statistics if quantile_of(s) is not None}
     stored = [_STORED[q] for q in wanted.values() if q in _STORED]

@@ -3,8 +3,9 @@
 A cluster's ``slowdown`` shows a few windows (1m, 10m, 1h) for a dozen ops: a few dozen
 numbers, from every host's records of the longest window (512 hosts: 368,640 minute
 records). Each window takes the whole tens inside it from a file that keeps ten-minute
-records (``tens.py``) and minutes elsewhere; the windows share the records they both take.
-Each file gives what the windows take in one query (``window_records.py``), each row
+records (``ten_minute_records.py``) and minutes elsewhere; the windows share the records
+they both take.
+Each file gives what the windows take in one query (``windows_query.py``), each row
 labelled with its kind (the set of windows that take it); their numbers are added per
 (target, op, kind) in the rows' order, and the histogram blobs of many files are decoded and
 summed together with numpy into dense counts per label. Each window is the sum of the kinds
@@ -34,7 +35,7 @@ from slowdown.analysis.histogram.buckets import BucketCounts
 from slowdown.analysis.store import forking
 from slowdown.analysis.store.records import HOUR, MINUTE, Aggregate
 from slowdown.analysis.store.store import TABLES, Selection, Store, StoreError
-from slowdown.analysis.store.window_records import WindowsQuery, windows_query
+from slowdown.analysis.store.windows_query import WindowsQuery, windows_query
 
 # Blobs decoded together: a few MiB of pairs at a time, whatever the number of files.
 CHUNK = 65536
@@ -119,7 +120,7 @@ def _key(names: Selection, end: int, spans: Sequence[int]) -> tuple:
 
 
 class Visit:
-    """The windows of one query read in the visit that opens each file (``cli/opening.py``):
+    """The windows of one query read in the visit that opens each file (``view/opened_files.py``):
     ``add`` each store just opened, ``done`` at the end of a process's share of the files.
     The file is read once instead of twice (a connection, its schema and pages read again
     from the operating system: about a third of the cost of a cluster's ``slowdown``). A file

@@ -19,8 +19,6 @@ from urllib.parse import quote
 
 # Reader connections open at once: at most 3 descriptors each.
 LIMIT = 4
-# The most processes that read files at once (cluster_windows.py, cli/opening.py).
-MAX_PROCESSES = 8
 
 
 class Releasable(Protocol):
@@ -85,16 +83,6 @@ class OpenFiles:
 
 
 READERS = OpenFiles()
-
-
-def processes() -> int:
-    """Processes worth forking to read many files: one per free CPU, at most
-    ``MAX_PROCESSES``; one where this system cannot fork."""
-    try:
-        free = len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        free = os.cpu_count() or 1
-    return max(1, min(free, MAX_PROCESSES)) if hasattr(os, "fork") else 1
 
 
 def read_only_uri(path: Path) -> str:

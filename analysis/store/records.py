@@ -57,8 +57,9 @@ class Record:
 UNIT = HOUR
 
 
-# How an upsert merges a record into the stored one of the same key (store.py, tens.py):
-# counts and sums add, extremes and stuck ages keep the larger, histograms merge.
+# How an upsert merges a record into the stored one of the same key (store.py,
+# ten_minute_records.py): counts and sums add, extremes and stuck ages keep the larger,
+# histograms merge.
 MERGED = """
             count = count + excluded.count,
             errors = errors + excluded.errors,

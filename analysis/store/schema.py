@@ -13,7 +13,7 @@ import sqlite3
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from slowdown.analysis.store import tens
+from slowdown.analysis.store import ten_minute_records
 
 APPLICATION_ID = 0x534C4457  # "SLDW"
 
@@ -226,10 +226,10 @@ MIGRATIONS: list[str] = [
     UPDATE minutes SET {STUCK_END} = stuck WHERE stuck > 0 AND (max IS NULL OR max < stuck);
     UPDATE hours SET {STUCK_END} = stuck WHERE stuck > 0 AND (max IS NULL OR max < stuck)
     """,
-    # 8: every series' minutes merged per ten minutes, beside them (tens.py): what a cluster
-    # view reads where whole ten minutes are shown. tens.fill (FILLS) makes them for the
-    # minutes written before, in the same transaction.
-    tens.CREATE,
+    # 8: every series' minutes merged per ten minutes, beside them (ten_minute_records.py):
+    # what a cluster view reads where whole ten minutes are shown. ten_minute_records.fill
+    # (FILLS) makes them for the minutes written before, in the same transaction.
+    ten_minute_records.CREATE,
 ]
 
 VERSION = len(MIGRATIONS)
@@ -411,4 +411,4 @@ def _fill_baseline_histograms(conn: sqlite3.Connection, table: str,
 
 FILLS = {5: Fill(("minutes", "hours"), _fill_derived),
          6: Fill(("baselines",), _fill_baseline_histograms),
-         8: Fill(("minutes",), tens.fill)}
+         8: Fill(("minutes",), ten_minute_records.fill)}

@@ -18,6 +18,7 @@ import json
 import os
 from pathlib import Path
 
+from slowdown.analysis.atomic_write import replace_whole
 from slowdown.analysis.machine import boot_id
 
 PREPARING = "preparing"  # the workspaces are being made (prepare, run --prepare)
@@ -110,18 +111,8 @@ def write_start(database: Path, state: dict) -> bool:
     there = read_start(database)
     if path.exists() and (there is None or (there["pid"] != os.getpid() and running(there))):
         return False
-    temp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     data = json.dumps({**state, "pid": os.getpid(), "boot": boot_id()}).encode()
-    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
-    try:
-        try:
-            os.write(fd, data)
-        finally:
-            os.close(fd)
-        os.replace(temp, path)
-    except OSError:
-        temp.unlink(missing_ok=True)
-        raise
+    replace_whole(path, data, mode=0o644)
     return True
 
 

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 
 from slowdown.analysis.histogram import codec
-from slowdown.analysis.store import schema, sql_functions, tens
+from slowdown.analysis.store import schema, sql_functions, ten_minute_records
 from slowdown.analysis.store.file_identity import FileIdentity
 from slowdown.analysis.store.open_files import READERS, read_only_uri
 from slowdown.analysis.store.records import (
@@ -156,7 +156,7 @@ class Store:
     @classmethod
     def opened_elsewhere(cls, path: str | os.PathLike, state: tuple) -> Store:
         """A reader of a file another process opened and checked a moment ago
-        (``cli/opening.py``): closed until first used, then connected as after a
+        (``view/opened_files.py``): closed until first used, then connected as after a
         ``release`` (open_files.py), without a second schema check."""
         store = cls.__new__(cls)
         store.path = Path(path)
@@ -265,7 +265,7 @@ class Store:
                     minutes.append((*row[:11], h))
             for table, table_rows in rows.items():
                 self.conn.executemany(_upsert(table), table_rows)
-            self.conn.executemany(tens.UPSERT, tens.rows_of(minutes))
+            self.conn.executemany(ten_minute_records.UPSERT, ten_minute_records.rows_of(minutes))
             self.conn.executemany(
                 f"INSERT OR REPLACE INTO node (host, start, {', '.join(NODE_FIELDS)}) "
                 f"VALUES (?, ?{', ?' * len(NODE_FIELDS)})",
@@ -311,7 +311,7 @@ class Store:
                     f"UPDATE hours SET {schema.derived_assignments('hist', 'min', 'max')} "
                     "WHERE start >= ? AND start < ?", (first - first % HOUR, cutoff))
             self.conn.execute("DELETE FROM minutes WHERE start < ?", (cutoff,))
-            self.conn.execute(f"DELETE FROM {tens.TABLE} WHERE start < ?", (cutoff,))
+            self.conn.execute(f"DELETE FROM {ten_minute_records.TABLE} WHERE start < ?", (cutoff,))
             self.conn.execute("COMMIT")
         except BaseException:
             self._rollback()
@@ -329,6 +329,7 @@ class Store:
     def _rows(self, selection: Selection, columns: str, order: str = "",
               whole_tens: bool = False) -> Iterator[tuple]:
         reads = [(span, table, *selection.where("r", span)) for span, table in TABLES.items()]
+        tens = ten_minute_records
         inner = tens.inner(int(selection.start), int(selection.end)) if whole_tens and \
             selection.start is not None and selection.end is not None else None
         if inner is not None and tens.holds(self.version):  # its tens in place of minutes
@@ -351,8 +352,8 @@ class Store:
         """The selection's rows as ``aggregate_rows`` merges them (one query per table), for
         callers that split one read among several aggregates: every record that overlaps
         the selection's range, whole. ``whole_tens``: the ten-minute records wholly inside
-        the range in place of their minutes (``tens.py``: the same merge, sums to their
-        rounding), for reads of long periods."""
+        the range in place of their minutes (``ten_minute_records.py``: the same merge, sums to
+        their rounding), for reads of long periods."""
         return self._rows(selection, aggregate_columns(self.version), whole_tens=whole_tens)
 
     def records(self, selection: Selection = Selection()) -> Iterator[Record]:

@@ -1,6 +1,6 @@
-"""A file's records of some (target, op) pairs as arrays, for ``folded``: each series' hours,
-then its minutes (or the minutes before its whole tens, the tens and the minutes after), read
-in the order ``series`` reads them."""
+"""A file's records of some (target, op) pairs as arrays, for ``history_by_file``: each
+series' hours, then its minutes (or the minutes before its whole tens, the tens and the
+minutes after), read in the order ``series`` reads them."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from slowdown.analysis.histogram import codec
-from slowdown.analysis.store import Selection, Store, StoreError, schema, tens
+from slowdown.analysis.store import Selection, Store, StoreError, schema, ten_minute_records
 from slowdown.analysis.store.records import TABLES_SPAN
 
 _ROWS = "SELECT {columns} FROM {table} r WHERE r.series = ? AND {where} ORDER BY r.start"
@@ -80,18 +80,19 @@ def sources(store: Store, selection: Selection, inner: tuple[int, int] | None
              ) -> list[tuple[str, int, str, list]]:
     """(table, span, condition, parameters) of what a series' records are read from, older
     first as ``series`` reads them: its hours, then its minutes; or, with ``inner`` (whole
-    tens, ``tens.inner``) on a file that keeps tens, the minutes before them, the tens, and
-    the minutes after."""
+    tens, ``ten_minute_records.inner``) on a file that keeps tens, the minutes before them,
+    the tens, and the minutes after."""
     reads = []
     for table in ("hours", "minutes"):
         span = TABLES_SPAN[table]
         times, params = selection.time_where("r", span)
-        if table == "hours" or inner is None or not tens.holds(store.version):
+        if table == "hours" or inner is None or not ten_minute_records.holds(store.version):
             reads.append((table, span, times, params))
             continue
         a, b = inner
         reads += [(table, span, f"{times} AND r.start < ?", [*params, a]),
-                  (tens.TABLE, tens.TEN, "r.start >= ? AND r.start < ?", [a, b]),
+                  (ten_minute_records.TABLE, ten_minute_records.TEN,
+                   "r.start >= ? AND r.start < ?", [a, b]),
                   (table, span, f"{times} AND r.start >= ?", [*params, b])]
     return reads
 

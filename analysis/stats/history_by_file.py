@@ -5,18 +5,19 @@ histograms again a (target, op) at a time. Over a cluster (128 hosts, 7 days) th
 millions of records held at once, read twice. Here each (target, op) is taken in turn and,
 for it, each file's records are read once (numbers and histogram together) and folded into
 per-cell accumulators: counts, sums, extremes, and one dense (cell, bucket) table per
-histogram scale. What is held is cells x buckets of one (target, op), whatever the number
-of hosts.
+histogram scale (``BucketTables``: counts that are whole numbers, exact in float64 in any
+order; a bucket range that grows as indices come). What is held is cells x buckets of one
+(target, op), whatever the number of hosts.
 
 The numbers are those of ``series.histories`` to the bit: counts are whole units (exact in
 any order); sums are added record by record in the same order (``numpy.add.at`` continues
 what ``numpy.bincount`` would have summed); each cell's quantiles come from the merge of its
 records at the coarsest scale among them, by the same estimator. Where every step is whole
 ten minutes (``--every 10m``, ``1h``) and no report is made, a file's whole tens are read in
-place of their minutes (``tens.py``): a tenth of the rows, the same numbers but for the sums'
-rounding (and so means and standard deviations to about 1e-15). Where every cell of a step
-would be one whole record (``series`` then takes the stored quantiles), that step is left to
-``series.histories``.
+place of their minutes (``ten_minute_records.py``): a tenth of the rows, the same numbers but
+for the sums' rounding (and so means and standard deviations to about 1e-15). Where every
+cell of a step would be one whole record (``series`` then takes the stored quantiles), that
+step is left to ``series.histories``.
 
 The report's heat maps (ops per column and bucket) and per-minute throughputs are folded in
 the same pass (``Extras``), so its figures read each file once.
@@ -30,9 +31,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from slowdown.analysis.histogram import mapping_for
-from slowdown.analysis.stats.bucket_tables import BucketTables
-from slowdown.analysis.stats.folded_rows import Block, read
-from slowdown.analysis.store import Selection, Store, tens
+from slowdown.analysis.stats.record_arrays import Block, read
+from slowdown.analysis.store import Selection, Store, ten_minute_records
 from slowdown.analysis.store.records import HOUR, UNIT
 
 _DENSE = 1 << 23  # cells x buckets ranked at a time (64 MiB of float64)
@@ -52,6 +52,71 @@ class Extras:
     figures: dict = field(default_factory=dict)  # (target, op) -> ops/s of each minute record
 
 
+class BucketTables:
+    """Dense (row, bucket) count tables, one per histogram scale, their bucket range grown as
+    indices come."""
+
+    def __init__(self, rows: int) -> None:
+        self.rows = rows
+        self.by_scale: dict[int, list] = {}  # scale -> [lowest index, table (rows, width)]
+
+    def add(self, scale: int, row: np.ndarray, index: np.ndarray, weight: np.ndarray) -> None:
+        if not index.size:
+            return
+        lo, hi = int(index.min()), int(index.max())
+        entry = self.by_scale.get(scale)
+        if entry is None:
+            entry = self.by_scale[scale] = [lo, np.zeros((self.rows, hi - lo + 1))]
+        lowest, table = entry
+        width = table.shape[1]
+        if lo < lowest or hi >= lowest + width:  # grow, with room for the next few files
+            new_lo, new_hi = min(lo, lowest), max(hi, lowest + width - 1)
+            pad = (new_hi - new_lo + 1) // 4
+            new_lo, new_hi = new_lo - pad, new_hi + pad
+            grown = np.zeros((self.rows, new_hi - new_lo + 1))
+            grown[:, lowest - new_lo:lowest - new_lo + width] = table
+            entry[0], entry[1] = lowest, table = new_lo, grown
+            width = table.shape[1]
+        np.add.at(table.reshape(-1), row * width + (index - lowest), weight)
+
+    def at_scale(self, scale: int, rows: np.ndarray, shared: BucketTables | None = None,
+                 shared_rows: np.ndarray | None = None, times: float = 1.0) \
+            -> tuple[int, np.ndarray]:
+        """The counts of ``rows`` merged at ``scale`` (coarser tables' buckets are unions of
+        finer ones: index >> k), trimmed to the buckets with counts: (lowest, table); plus
+        ``times`` the counts of ``shared`` at ``shared_rows`` (none where -1)."""
+        sources = [(s, lowest, table, rows, 1.0) for s, (lowest, table) in self.by_scale.items()]
+        if shared is not None and (shared_rows >= 0).any():
+            sources += [(s, lowest, table, shared_rows, times)
+                        for s, (lowest, table) in shared.by_scale.items()]
+        parts = []
+        for s, lowest, table, at, factor in sources:
+            if s < scale:
+                continue
+            part = table[np.maximum(at, 0)]
+            if factor != 1.0 or (at < 0).any():
+                part = part * np.where(at >= 0, factor, 0.0)[:, None]
+            index = (lowest + np.arange(part.shape[1])) >> (s - scale)
+            if s > scale:  # add the fine columns into their coarse bucket
+                first = index - index[0]
+                coarse = np.zeros((len(rows), int(first[-1]) + 1))
+                for j in range(part.shape[1]):
+                    coarse[:, first[j]] += part[:, j]
+                part, index = coarse, index[0] + np.arange(coarse.shape[1])
+            parts.append((int(index[0]), part))
+        used = [(lo, p, np.flatnonzero(p.any(axis=0))) for lo, p in parts]
+        used = [(lo, p, nz) for lo, p, nz in used if nz.size]
+        if not used:
+            return 0, np.zeros((len(rows), 1))
+        lowest = min(lo + int(nz[0]) for lo, _, nz in used)
+        highest = max(lo + int(nz[-1]) for lo, _, nz in used)
+        out = np.zeros((len(rows), highest - lowest + 1))
+        for lo, p, nz in used:
+            a, b = lo + int(nz[0]), lo + int(nz[-1]) + 1
+            out[:, a - lowest:b - lowest] += p[:, a - lo:b - lo]
+        return lowest, out
+
+
 class _Step:
     """One step's accumulators for some (target, op) pairs: a cell per pair and step of the
     range (pair ``p``'s cells from ``p * n``)."""
@@ -67,7 +132,7 @@ class _Step:
         self.sumsq = np.zeros(n) if moments else None
         self.pieces = np.zeros(n, np.int64)
         self.cut = np.zeros(n, bool)
-        self.tens = False  # some record read is a ten (``tens.py``)
+        self.tens = False  # some record read is a ten (``ten_minute_records.py``)
         self.scale = np.full(n, 127, np.int64)
         self.tables = BucketTables(n)
         self.shared: BucketTables | None = None
@@ -130,7 +195,7 @@ class _Step:
         self.pieces += np.bincount(cell, minlength=n)
         if not whole:
             self.cut[cell[units != UNIT]] = True
-        if not self.tens and (block.span == tens.TEN).any():
+        if not self.tens and (block.span == ten_minute_records.TEN).any():
             self.tens = True
         if block.stuck_end.any():  # of each series, its latest record in the cell; the max
             whose, began = of(block.whose), of(block.start)
@@ -244,8 +309,8 @@ def _fold_pairs(stores: Sequence[Store], selection: Selection, steps: Sequence[i
     extras = Extras(*spec) if spec is not None else None
     # Whole tens in place of their minutes where every cell is whole tens (not the report's
     # figures: its heat map columns and per-minute throughputs take the minutes).
-    inner = tens.inner(start, end) if extras is None and all(
-        s % tens.TEN == 0 for s in steps) else None
+    inner = ten_minute_records.inner(start, end) if extras is None and all(
+        s % ten_minute_records.TEN == 0 for s in steps) else None
     cells_per_pair = sum((end - 1) // s - start // s + 1 for s in steps) + \
         (extras.grid_columns if extras is not None else 0)
     batch = max(1, BUDGET // (cells_per_pair * _WIDTH))

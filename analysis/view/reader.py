@@ -1,9 +1,13 @@
-"""What every read command shares: the databases, filters and moment it looks at."""
+"""A view over one database or a cluster's many: the files, filters and moment a reader
+looks at, opened once, with the service behind each file and the names it does not know.
+
+The command line only calls it (``cli/read_setup.py`` parses the options and says the errors);
+anything else that reads a cluster view opens one here with ``open_view``.
+"""
 
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
@@ -11,90 +15,44 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import click
-
-from slowdown.analysis.cli.names import unknown_names
-from slowdown.analysis.cli.opening import open_all
-from slowdown.analysis.cli.states import (  # (the states' names, for the commands)
-    COLLECTING,
-    LIVE_FRESH,
-    NOT_YET,
-    PREPARING,
-    RUNNING,
-    STOPPED,
-    ServiceState,
-    TargetState,
-    first_numbers_at,
-    fresh,
-    service_states,
-    target_states,
-)
-from slowdown.analysis.config import Config, ConfigError, load
+from slowdown.analysis.config import Config
 from slowdown.analysis.stats.baseline import BaselineBook
-from slowdown.analysis.stats.window import quantile_of
 from slowdown.analysis.store import Selection, Store, StoreError, expand_paths
 from slowdown.analysis.store.landing import Landing
 from slowdown.analysis.store.live import read_live
 from slowdown.analysis.store.merged import Merged, merged
 from slowdown.analysis.store.records import minute_of
 from slowdown.analysis.store.starting import live_now, not_yet, read_start
-from slowdown.analysis.units import format_clock, parse_duration, parse_time
+from slowdown.analysis.units import format_clock
+from slowdown.analysis.view.opened_files import open_all
+from slowdown.analysis.view.service_states import (
+    RUNNING,
+    ServiceState,
+    TargetState,
+    fresh,
+    service_states,
+    target_states,
+)
+from slowdown.analysis.view.unknown_names import unknown_names
 from slowdown.analysis.words import OPS
 
 if TYPE_CHECKING:
     from slowdown.analysis.store import cluster_windows
 
-EXIT_USAGE = 2
+
+class ViewError(Exception):
+    """The view cannot be opened: the message says why, in one line."""
 
 
-# -- parsing of option values -----------------------------------------------------------------
+class NotLanding(ViewError):
+    """The one database named cannot be read, and the service writing it says why: its
+    records are not reaching it (deleted, replaced by a foreign file: store/landing.py).
+    ``service`` is that service's state, for the reader to say."""
 
-def parse_duration_option(value: str, flag: str) -> float:
-    try:
-        return parse_duration(value)
-    except ValueError as exc:
-        raise click.BadParameter(str(exc), param_hint=flag) from None
+    def __init__(self, service: ServiceState) -> None:
+        super().__init__(str(service.path))
+        self.service = service
 
-
-def parse_time_option(value: str | None, now: float, flag: str) -> float:
-    if value is None:
-        return now
-    try:
-        return parse_time(value, now)
-    except ValueError as exc:
-        raise click.BadParameter(str(exc), param_hint=flag) from None
-
-
-def parse_statistic_option(value: str, flag: str = "--stat") -> str:
-    try:
-        quantile_of(value)
-    except ValueError:
-        raise click.BadParameter(
-            f"{value!r} is not a statistic (median, mean, max, q90, q95, q99, qNN)",
-            param_hint=flag) from None
-    return value
-
-
-def parse_fraction_option(value: str, flag: str) -> float:
-    """A share strictly between 0 and 100 %, as a fraction: ``10%`` and ``10`` are percent,
-    a bare number below 1 (``0.1``) is a fraction (the form accepted before ``10`` was)."""
-    text = value.strip()
-    try:
-        if text.endswith("%"):
-            number = float(text[:-1]) / 100
-        else:
-            number = float(text)
-            if number >= 1:
-                number /= 100
-    except ValueError:
-        raise click.BadParameter(f"expected a percentage like 10, 10% or 0.1; got {value!r}",
-                                 param_hint=flag) from None
-    if not 0 < number < 1:  # also no nan, no inf
-        raise click.BadParameter(f"must be between 0 and 100%; got {value!r}", param_hint=flag)
-    return number
-
-
-# -- what every read command shares -----------------------------------------------------------
 
 @dataclass
 class Reader:
@@ -155,26 +113,6 @@ class Reader:
         rank = {op: i for i, op in enumerate(OPS)}
         return {t: sorted(ops, key=lambda o: (rank.get(o, 99), o))
                 for t, ops in sorted(found.items())}
-
-    def check_kept(self, start: float, end: float, flag: str) -> None:
-        """Stop with one line where ``[start, end)`` lies wholly before the records the
-        files keep ([keep] hours removed them); say so on stderr where it begins before."""
-        from slowdown.analysis.store.retention import kept_from
-
-        known = [kept for kept, _, _ in self.early] if self.early is not None else None
-        try:
-            cutoff = kept_from(self.stores, known).get("hours")
-        except StoreError as exc:
-            raise click.ClickException(str(exc)) from None
-        if cutoff is None or start >= cutoff:
-            return
-        files = ", ".join(str(s.path) for s in self.stores)
-        said = f"records before {format_clock(cutoff, self.now)} are removed ([keep] hours)"
-        if end <= cutoff:
-            raise click.ClickException(
-                f"{files}: {said}; {flag} asks for {format_clock(start, self.now)} .. "
-                f"{format_clock(end, self.now)}")
-        click.echo(f"note: {files}: {said}; {flag} begins before", err=True)
 
     def book(self) -> BaselineBook:
         """The baselines of the files. The first one made of what was read while opening
@@ -266,10 +204,10 @@ class Reader:
         return what
 
 
-def open_reader(ctx: click.Context, dbs: Sequence[str], targets: Sequence[str],
-                hosts: Sequence[str], ops: Sequence[str], at: str | None,
-                one_moment: bool = False, windows: Sequence[float] | None = None,
-                statistic: str | None = None, waiting: bool = False) -> Reader:
+def open_view(config: Config, dbs: Sequence[str], targets: Sequence[str],
+              hosts: Sequence[str], ops: Sequence[str], moment: float, now: float,
+              at_now: bool, one_moment: bool = False, windows: Sequence[float] | None = None,
+              statistic: str | None = None, waiting: bool = False) -> Reader:
     """``one_moment``: the command's first ``book()`` is asked only for the expected values at the
     moment looked at (``slowdown``, ``check``), of ``statistic`` (its ``--stat``, or the
     configured first), so a cluster view reads only those baselines (the ones in force then,
@@ -278,18 +216,10 @@ def open_reader(ctx: click.Context, dbs: Sequence[str], targets: Sequence[str],
     (``()``: the configured ones), read by a cluster view in the same visits
     (``Reader.prepared``). ``waiting``: the command says "preparing" or "collecting" of a
     database not there yet while slowdown-probe prepares or starts (``Reader.waiting``);
-    the others name what is under way in their error."""
-    config = ctx.obj["config"]()
-    given = ctx.obj.get("read", {})
-    dbs = dbs or given.get("dbs", ())
-    targets = targets or given.get("targets", ())
-    hosts = hosts or given.get("hosts", ())
-    ops = ops or given.get("ops", ())
-    at = at if at is not None else given.get("at")
-    now = time.time()
-    moment = parse_time_option(at, now, "--at")
+    the others name what is under way in their error. ``moment``: the moment looked at;
+    ``at_now``: it is ``now`` (no ``--at``). A file that cannot be read is ``ViewError``."""
     patterns = list(dbs) or [str(config.database)]
-    paths, waited = _expanded(patterns, now, waiting and at is None)
+    paths, waited = _expanded(patterns, now, waiting and at_now)
     stores, store_series, skipped = [], [], []
     early: list[tuple[dict, list, dict]] | None = [] if len(paths) > 1 else None
     visit, visited = None, []
@@ -307,14 +237,14 @@ def open_reader(ctx: click.Context, dbs: Sequence[str], targets: Sequence[str],
             paths, early is not None, moment if one_moment else None, visit=visit,
             visited=visited, statistics=wanted)):
         if store is None:
-            if len(paths) == 1 and at is None and _not_landing([str(path)], now):
+            if len(paths) == 1 and at_now and _not_landing([str(path)], now):
                 raise _not_landing([str(path)], now) from None  # its service says why
-            told = not_yet(read_start(path), read_live(path), now) if at is None else None
+            told = not_yet(read_start(path), read_live(path), now) if at_now else None
             if told is not None and waiting:  # being made: say so, as of a service
                 waited.append((path, told))
                 continue
             if len(paths) == 1:  # the one file named: one line, and stop
-                raise click.ClickException(_under_way(str(error), told, now)) from None
+                raise ViewError(_under_way(str(error), told, now)) from None
             skipped.append((str(path), str(error)))  # a cluster goes on with the others
             continue
         if early is not None and read is None:
@@ -324,12 +254,12 @@ def open_reader(ctx: click.Context, dbs: Sequence[str], targets: Sequence[str],
         stores.append(store)
         store_series.append(series)
     if not stores and not waited:
-        raise click.ClickException(f"none of the {len(paths)} databases could be read: "
-                                   + "; ".join(why for _, why in skipped[:3])
-                                   + ("; ..." if len(skipped) > 3 else ""))
+        raise ViewError(f"none of the {len(paths)} databases could be read: "
+                        + "; ".join(why for _, why in skipped[:3])
+                        + ("; ..." if len(skipped) > 3 else ""))
     series = sorted({s for each in store_series for s in each})
     reader = Reader(config, stores, tuple(targets), tuple(hosts), tuple(ops), moment,
-                    at is None, series, store_series, skipped=skipped, early=early,
+                    at_now, series, store_series, skipped=skipped, early=early,
                     early_statistics=wanted,
                     prepared=cluster_windows.Prepared.of(*asked, visited) if visit else None,
                     waiting=waited)
@@ -340,7 +270,7 @@ def open_reader(ctx: click.Context, dbs: Sequence[str], targets: Sequence[str],
                             len(stores) + len(waited) == 1 else
                             f"the {len(stores) + len(waited)} databases read")
     if mistake:
-        raise click.ClickException(mistake)
+        raise ViewError(mistake)
     return reader
 
 
@@ -361,7 +291,7 @@ def _expanded(patterns: Sequence[str], now: float, waiting: bool
                 raise lost from None
             told = not_yet(read_start(path), read_live(path), now)
             if told is None or not waiting:
-                raise click.ClickException(_under_way(str(exc), told, now)) from None
+                raise ViewError(_under_way(str(exc), told, now)) from None
             waited.append((path, told))
     return paths, waited
 
@@ -376,11 +306,6 @@ def _under_way(error: str, told: dict | None, now: float) -> str:
             "starts (slowdown, check and watch say when)")
 
 
-class NotLanding(click.ClickException):
-    """The one database named cannot be read, and the service writing it says why: its
-    records are not reaching it (deleted, replaced by a foreign file: store/landing.py)."""
-
-
 def _not_landing(patterns: Sequence[str], now: float) -> NotLanding | None:
     """NotLanding when the one database named has a running service beside it whose records
     do not reach it, else None."""
@@ -390,23 +315,9 @@ def _not_landing(patterns: Sequence[str], now: float) -> NotLanding | None:
     landing = Landing.of(live.get("records")) if fresh(live, now) else None
     if landing is None or landing.ok:
         return None
-    from slowdown.analysis.cli.output import landing_notes
-
-    service = ServiceState(Path(patterns[0]), live.get("host"), RUNNING, None, None, None,
-                           None, {}, landing=landing, pending=live.get("pending_minutes"))
-    return NotLanding("; ".join(landing_notes([service], now, now, now)))
+    return NotLanding(ServiceState(Path(patterns[0]), live.get("host"), RUNNING, None, None,
+                                   None, None, {}, landing=landing,
+                                   pending=live.get("pending_minutes")))
 
 
-def load_config_or_exit(path: Path | None) -> Config:
-    try:
-        return load(path)
-    except ConfigError as exc:
-        for single in exc.errors:
-            click.echo(str(single), err=True)
-        raise click.exceptions.Exit(EXIT_USAGE) from None
-
-
-__all__ = ["COLLECTING", "EXIT_USAGE", "LIVE_FRESH", "NOT_YET", "PREPARING", "RUNNING",
-           "STOPPED", "Reader", "ServiceState", "TargetState", "first_numbers_at", "fresh",
-           "load_config_or_exit", "open_reader", "parse_duration_option",
-           "parse_fraction_option", "parse_statistic_option", "parse_time_option"]
+__all__ = ["NotLanding", "Reader", "ViewError", "open_view"]

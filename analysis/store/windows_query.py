@@ -1,10 +1,11 @@
 """Which records each of a cluster's nested windows takes, and the statement that reads them.
 
 Each window ending at one moment takes the whole ten-minute records inside it from a file
-that keeps them (``tens.py``) and minute records elsewhere; the windows share what they both
-take. The records are read in stretches of one table that the same windows take, each row
-labelled with its kind (the set of windows that take it): ``cluster_windows.py`` adds the rows
-per kind, and each window is the sum of the kinds it takes.
+that keeps them (``ten_minute_records.py``) and minute records elsewhere; the windows share
+what they both take. The records are read in stretches of one table that the same windows
+take, each row labelled with its kind (the set of windows that take it):
+``cluster_windows.py`` adds the rows per kind, and each window is the sum of the kinds it
+takes. The query is a job of its own (what to read); ``cluster_windows.py`` reads and adds.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
-from slowdown.analysis.store import tens
+from slowdown.analysis.store import ten_minute_records
 from slowdown.analysis.store.records import MINUTE
 from slowdown.analysis.store.schema import stuck_end_of
 from slowdown.analysis.store.selection import Selection
@@ -32,8 +33,8 @@ class WindowsQuery(NamedTuple):
 
 def windows_query(names: Selection, end: int, spans: Sequence[int]) -> WindowsQuery:
     """The records of the windows, in one statement. Each window takes the whole tens inside
-    it from a file that keeps them (``tens.py``), its minutes elsewhere (every minute from
-    an older file); the windows share what they both take (the minutes of the last ten
+    it from a file that keeps them (``ten_minute_records.py``), its minutes elsewhere (every
+    minute from an older file); the windows share what they both take (the minutes of the last ten
     minutes, the tens of the hour). The records are read in stretches of one table whose
     records the same windows take, each stretch its own range of the primary key (only the
     records read are visited) and its rows labelled with its kind: the set of windows. The
@@ -45,13 +46,13 @@ def windows_query(names: Selection, end: int, spans: Sequence[int]) -> WindowsQu
     plain = [[(end - int(s), end)] for s in spans]
     minutes, ten_ranges = [], []
     for s in spans:
-        inner = tens.inner(end - int(s), end)
+        inner = ten_minute_records.inner(end - int(s), end)
         minutes.append(_outside(end - int(s), end, [inner] if inner else []))
         ten_ranges.append([inner] if inner else [])
     layouts = {  # whether the file keeps tens: (table, from, to, windows) of its stretches
         False: [(TABLES[MINUTE], *piece) for piece in _stretches(plain)],
         True: [(TABLES[MINUTE], *piece) for piece in _stretches(minutes)]
-        + [(tens.TABLE, *piece) for piece in _stretches(ten_ranges)]}
+        + [(ten_minute_records.TABLE, *piece) for piece in _stretches(ten_ranges)]}
     kinds = sorted({mask for layout in layouts.values() for *_, mask in layout})
     kind = {mask: k for k, mask in enumerate(kinds)}
 
@@ -63,10 +64,10 @@ def windows_query(names: Selection, end: int, spans: Sequence[int]) -> WindowsQu
             f"coalesce(r.min, {_NO_MIN}), coalesce(r.max, {_NO_MAX}), r.stuck, "
             f"{stuck_end_of(version)}, r.hist FROM series s CROSS JOIN {table} r "
             f"ON r.series = s.id WHERE {where} AND r.start >= {a} AND r.start < {b}"
-            for table, a, b, label in scans[tens.holds(version)])
+            for table, a, b, label in scans[ten_minute_records.holds(version)])
 
     def params_of(version: int) -> list:
-        return params * len(scans[tens.holds(version)])
+        return params * len(scans[ten_minute_records.holds(version)])
     members = [[k for k, mask in enumerate(kinds) if mask >> w & 1] for w in range(len(spans))]
     return WindowsQuery(statement, params_of, end - int(spans[-1]), end, len(kinds), members)
 
