@@ -38,7 +38,7 @@ from slowdown.analysis.stats.slowdown import op_slowdown, window_selection
 from slowdown.analysis.store import Store, aggregate
 from slowdown.analysis.store.records import NodeContext
 from slowdown.analysis.units import format_duration
-from slowdown.analysis.words import OPS
+from slowdown.probe.probes import probe_ops
 
 if TYPE_CHECKING:
     from slowdown.analysis.config import Config
@@ -157,7 +157,7 @@ class ServiceMetrics:
                                ("host", "target"), registry=self.registry)
         for target in config.targets:  # every series exists from the start, at zero
             self._skipped.labels(self.host, target.name)
-            for op in OPS:
+            for op in probe_ops():
                 self._latency.labels(self.host, target.name, op)
                 self._errors.labels(self.host, target.name, op)
         collector = _Collector(self)
@@ -282,7 +282,7 @@ class ServiceMetrics:
             for window in cfg.windows:
                 label = format_duration(window)
                 worst: dict[str, float] = {}
-                for op in OPS:
+                for op in probe_ops():
                     agg = aggregate([store], window_selection(now, window, hosts=hosts,
                                                               targets=(target,), ops=(op,)))
                     for statistic in cfg.statistics:
@@ -346,7 +346,7 @@ class _Collector:
                       ("target", "op"))
         ages = m.live_stuck()
         for target in m.config.targets:
-            for op in OPS:
+            for op in probe_ops():
                 stuck.add_metric([host, target.name, op], ages.get((target.name, op), 0.0))
         yield stuck
 

@@ -19,4 +19,8 @@ def tmp_name(name: str) -> str:
 
 
 LOCK_NAME = "service.lock"  # held by the service probing the workspace (locks/workspace_lock.py)
-STATE_FILES = (STATUS_NAME, tmp_name(STATUS_NAME), tmp_name(MANIFEST_NAME), LOCK_NAME)
+# Files a workspace holds beside the MANIFEST while it is used: the md probe's status file
+# (and its temporary name) and the workspace's own (its MANIFEST's temporary name, the lock).
+# A MANIFEST lists all of them; cleanup takes the probes' from their registry.
+WORKSPACE_FILES = (tmp_name(MANIFEST_NAME), LOCK_NAME)
+STATE_FILES = (STATUS_NAME, tmp_name(STATUS_NAME), *WORKSPACE_FILES)

@@ -35,11 +35,15 @@ import mmap
 import os
 import random
 import stat
+import time
 from pathlib import Path
 
+from slowdown.analysis.words import DATA_OPS
 from slowdown.probe.layout.manifest import ManifestError, read_manifest, read_shared_manifest
 from slowdown.probe.layout.names import BLOCK_SIZE, DATA_NAME, SHARED_DIR, WRITE_NAME
+from slowdown.probe.probes import DATA_FILE, Place, Probe, Report, Result, error_of
 
+DATA_READ, DATA_WRITE = DATA_OPS
 DIRECT = "direct"
 FADVISE = "fadvise"
 
@@ -242,3 +246,71 @@ class DataProbe:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class DataFileProbe(Probe):
+    """The data probe as the worker runs it: one block read, then one block write, each
+    timed around its one I/O call (the write's file opened before and closed after, both
+    untimed)."""
+
+    name = "data"
+    ops = DATA_OPS
+    needs = (DATA_FILE,)
+
+    def __init__(self, data: DataProbe) -> None:
+        self.data = data
+
+    @property
+    def mode(self) -> str:  # type: ignore[override]
+        return self.data.mode
+
+    @property
+    def path(self) -> str:
+        """The file read (and written, unless ``write_path``)."""
+        return self.data.path
+
+    @property
+    def write_path(self) -> str | None:
+        """The file written, when it is not the one read (a shared data file)."""
+        return self.data.write_path
+
+    def fileno(self) -> int:
+        """The descriptor of the file read."""
+        return self.data.fileno()
+
+    @classmethod
+    def open(cls, workspace: Path, *, sync: bool = False) -> DataFileProbe:
+        return cls(DataProbe.from_workspace(workspace, sync=sync))  # own or shared data file
+
+    def step(self, report: Report) -> None:
+        data = self.data
+        clock = time.perf_counter
+        data.fresh_bytes()  # the next write's content, made outside the timed calls
+        t0 = clock()
+        try:
+            offset = data.read_block()
+            result = Result(DATA_READ, clock() - t0, where=Place(data.path, offset))
+        except OSError as exc:  # how long it took to fail: a hang that ended so
+            result = Result(DATA_READ, clock() - t0, *error_of(exc))
+        report(result)
+        t0 = clock()
+        try:
+            data.open_write()  # its file opened untimed, and closed after
+            t0 = clock()
+            offset = data.write_block()
+            result = Result(DATA_WRITE, clock() - t0,
+                            where=Place(data.write_path or data.path, offset))
+        except OSError as exc:
+            result = Result(DATA_WRITE, clock() - t0, *error_of(exc))
+        try:
+            data.close_write()
+        except OSError as exc:  # the write did not make it after all
+            err, msg = error_of(exc)
+            result = result._replace(err=err, msg=msg)
+        report(result)
+
+    def close(self) -> None:
+        self.data.close()
+
+
+PROBE = DataFileProbe

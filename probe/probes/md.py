@@ -40,10 +40,10 @@ from slowdown.probe.layout.manifest import ManifestError, read_manifest
 from slowdown.probe.layout.md_content import object_content
 from slowdown.probe.layout.md_pool import OBJECT_RE, PoolLayout, object_index
 from slowdown.probe.layout.md_status import read_status_full, write_status
-from slowdown.probe.layout.names import STATUS_NAME
-from slowdown.probe.probes import md_resume
+from slowdown.probe.layout.names import STATUS_NAME, tmp_name
+from slowdown.probe.probes import MD_POOL, Place, Probe, Report, Result, md_resume
 
-__all__ = ["OBJECT_RE", "MdProbe", "MdStep", "PoolLayout", "object_index"]
+__all__ = ["OBJECT_RE", "PROBE", "MdPoolProbe", "MdProbe", "MdStep", "PoolLayout", "object_index"]
 
 MD_STAT, MD_READ, MD_DELETE, MD_WRITE = MD_OPS
 
@@ -321,3 +321,47 @@ def _write_all(fd: int, content: object) -> int:
             return errno.EIO
         view = view[n:]
     return 0
+
+
+class MdPoolProbe(Probe):
+    """The md probe as the worker runs it: one rotation step, four ops, each reported with
+    the object it went to (the oldest object, or for md-write its successor)."""
+
+    name = "md"
+    ops = MD_OPS
+    needs = (MD_POOL,)
+    state_files = (STATUS_NAME, tmp_name(STATUS_NAME))
+
+    def __init__(self, md: MdProbe) -> None:
+        self.md = md
+
+    @classmethod
+    def open(cls, workspace: Path, *, sync: bool = False) -> MdPoolProbe:
+        return cls(MdProbe.from_workspace(workspace))
+
+    def step(self, report: Report) -> None:
+        md = self.md
+        layout = md.layout
+        d, i = layout.oldest(md.position)  # the objects of this step, named before it
+        base = layout.dir_paths[d]
+        old = Place(f"{base}file-{i}")
+        new = Place(f"{base}file-{i + layout.per_dir}")
+
+        def on_op(op: str, latency: float | None, code: int) -> None:
+            where = new if op == MD_WRITE else old
+            if code:
+                report(Result(op, latency, errno.errorcode.get(code, str(code)),
+                              os.strerror(code), where, code in (errno.ENOENT, errno.ESTALE)))
+            else:
+                report(Result(op, latency, where=where))
+
+        md.step(on_op=on_op)
+
+    def save(self, finish: bool = False) -> None:
+        if finish:
+            self.md.finish_round()
+        else:
+            self.md.save_position()
+
+
+PROBE = MdPoolProbe

@@ -8,7 +8,8 @@ abandoned and the service still exits at once.
 Protocol, JSON lines. The service writes ``{"tick": N}`` (run the probes once) or
 ``{"save": true}`` (persist the md rotation position; with ``"finish": true`` first end the
 round in progress, as a clean stop does) to stdin; the worker answers on
-stdout, one line per finished op, in the fixed order of ``OPS``, and one at the end::
+stdout, one line per finished op, in the order of the registered probes' ops
+(``probes.probe_ops()``), and one at the end::
 
     {"tick": N, "op": "data-read", "lat": 0.00123, "at": 1763762400.5}
     {"tick": N, "op": "md-read", "err": "EIO", "msg": "...", "lat": 51.2, "at": 1763762400.6}
@@ -40,7 +41,6 @@ service holds the workspace it runs no probe (every op of a run is skipped).
 
 from __future__ import annotations
 
-import errno
 import json
 import os
 import signal
@@ -50,11 +50,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
-from slowdown.analysis.words import DATA_OPS, MD_OPS, OPS
+from slowdown.probe.layout.path_safety import check_workspace
 from slowdown.probe.locks.workspace_lock import WorkspaceLock
+from slowdown.probe.probes import Probe, Result, error_of, probe_ops, registered
 from slowdown.probe.probes.worker_position import Progress
-
-DATA_READ, DATA_WRITE = DATA_OPS
 
 Emit = Callable[[dict[str, Any]], None]
 HOLD_ANSWERS = 0.25  # seconds a run's answers are held to go out in one write
@@ -73,24 +72,16 @@ def _on_abandon(_signum: int, _frame: object) -> None:
     _abandoned = True
 
 
-def _error(exc: BaseException) -> dict[str, str]:
-    """The error by its errno when it has one (also one wrapped by a refusal: ENOTCONN is a
-    filesystem that does not answer, whatever check met it), else by its class."""
-    code = getattr(exc, "errno", None)
-    if not isinstance(code, int):
-        code = getattr(exc.__cause__, "errno", None)
-    name = errno.errorcode.get(code, "ERROR") if isinstance(code, int) else type(exc).__name__
-    return {"err": name, "msg": str(exc)}
-
-
 class Probes:
-    """Both probes of one workspace, opened lazily so that a hung open counts as in flight."""
+    """Every registered probe of one workspace, opened lazily so that a hung open counts as
+    in flight."""
 
     def __init__(self, workspace: Path, sync: bool = False) -> None:
         self.workspace = workspace
         self.sync = sync
-        self.data = None
-        self.md = None
+        self.kinds = registered()
+        self.ops = probe_ops()
+        self.opened: list[Probe | None] = [None] * len(self.kinds)
         self.claim = WorkspaceLock.from_environ(workspace)
         self._space_at = -SPACE_EVERY  # monotonic time of the last statvfs
 
@@ -114,17 +105,25 @@ class Probes:
                 "files": st.f_files if known else None}
 
     def _open(self) -> None:
-        from slowdown.probe.layout.path_safety import check_workspace
-        from slowdown.probe.probes.data import DataProbe
-        from slowdown.probe.probes.md import MdProbe
-
-        if self.md is None or self.data is None:  # never through a symlink, nor another's
+        """Open each probe not open yet, the last registered first: the md probe, which
+        checks that preparation finished, before the data probe opens its files."""
+        if None in self.opened:  # never through a symlink, nor another's
             check_workspace(self.workspace)
-        if self.md is None:
-            self.md = MdProbe.from_workspace(self.workspace)
-        if self.data is None:
-            self.data = DataProbe.from_workspace(  # own or shared data file
-                self.workspace, sync=self.sync)
+        for n in reversed(range(len(self.kinds))):
+            if self.opened[n] is None:
+                self.opened[n] = self.kinds[n].open(self.workspace, sync=self.sync)
+
+    def __getattr__(self, name: str) -> Probe | None:
+        """An open probe by its name (``probes.data``), None while it is not open."""
+        kinds = self.__dict__.get("kinds", ())
+        for kind, probe in zip(kinds, self.__dict__.get("opened", ())):
+            if kind.name == name:
+                return probe
+        raise AttributeError(name)
+
+    def _mode(self) -> str | None:
+        """How the probes bypass the cache (the data probe's mode), None when none is open."""
+        return next((p.mode for p in self.opened if p is not None and p.mode), None)
 
     def claim_workspace(self, emit: Emit) -> bool:
         """Take the workspace's lock if not held yet; False while another service holds it."""
@@ -135,7 +134,7 @@ class Probes:
 
     def tick(self, tick: int, emit: Emit) -> None:
         if not self.claim_workspace(emit):  # another service probes this workspace
-            for op in OPS:
+            for op in self.ops:
                 emit({"tick": tick, "op": op, "skip": True})
             emit({"tick": tick, "end": True, "mode": None})
             return
@@ -143,94 +142,73 @@ class Probes:
         try:
             self._open()
         except Exception as exc:  # workspace missing, EIO on open, ...: every op failed
-            failure = _error(exc)
+            err, msg = error_of(exc)
             waited = {"lat": time.perf_counter() - t0}  # the first op's: it showed in flight
-            for n, op in enumerate(OPS):
-                emit({"tick": tick, "op": op, **failure, **(waited if n == 0 else {})})
+            for n, op in enumerate(self.ops):
+                emit({"tick": tick, "op": op, "err": err, "msg": msg,
+                      **(waited if n == 0 else {})})
             emit({"tick": tick, "end": True, "mode": None})
             return
         space = self.space()
         reported: set[str] = set()
+        missing = False
 
-        def report(message: dict[str, Any]) -> None:
+        def report(result: Result) -> None:
+            nonlocal missing
+            message: dict[str, Any] = {"tick": tick, "op": result.op}
+            if result.err is not None:
+                message["err"] = result.err
+                message["msg"] = result.msg
+                missing = missing or result.missing
+            if result.lat is not None:  # also with an error: how long it took to fail
+                message["lat"] = result.lat
+            elif result.err is None:  # not attempted: the object was missing
+                message["skip"] = True
             emit(message)
-            reported.add(message["op"])
+            reported.add(result.op)
             if _abandoned:
                 raise Abandoned
 
-        clock = time.perf_counter
-        self.data.fresh_bytes()  # the next write's content, made outside the timed calls
         try:
-            for op, call in ((DATA_READ, self.data.read_block),
-                             (DATA_WRITE, self.data.write_block)):
-                t0 = clock()
+            for probe in self.opened:
+                if probe is None:
+                    continue
                 try:
-                    if op == DATA_WRITE:  # its file opened untimed, and closed after
-                        self.data.open_write()
-                        t0 = clock()
-                    call()
-                    message = {"tick": tick, "op": op, "lat": clock() - t0}
-                except OSError as exc:  # how long it took to fail: a hang that ended so
-                    message = {"tick": tick, "op": op, **_error(exc), "lat": clock() - t0}
-                if op == DATA_WRITE:
-                    try:
-                        self.data.close_write()
-                    except OSError as exc:  # the write did not make it after all
-                        message = {**message, **_error(exc)}
-                report(message)
-
-            missing: list[bool] = []  # per failed md op: was it a file not found?
-
-            def md_result(op: str, latency: float | None, code: int) -> None:
-                message: dict[str, Any] = {"tick": tick, "op": op}
-                if code:
-                    message.update(err=errno.errorcode.get(code, str(code)),
-                                   msg=os.strerror(code))
-                    missing.append(code in (errno.ENOENT, errno.ESTALE))
-                if latency is not None:  # also with an error: how long it took to fail
-                    message["lat"] = latency
-                elif not code:  # not attempted: the object was missing
-                    message["skip"] = True
-                report(message)
-
-            try:
-                self.md.step(on_op=md_result)
-            except Abandoned:
-                raise
-            except Exception as exc:  # a bug or a broken pool: report what was not reported
-                failure = _error(exc)
-                for op in MD_OPS:
-                    if op not in reported:
-                        emit({"tick": tick, "op": op, **failure})
-            if any(missing):
+                    probe.step(report)
+                except Abandoned:
+                    raise
+                except Exception as exc:  # a bug or a broken pool: report what was not
+                    err, msg = error_of(exc)
+                    for op in probe.ops:
+                        if op not in reported:
+                            emit({"tick": tick, "op": op, "err": err, "msg": msg})
+            if missing:
                 self._forget_if_gone()
         except Abandoned:
-            for op in OPS:
+            for op in self.ops:
                 if op not in reported:
                     emit({"tick": tick, "op": op, "skip": True})
-        emit({"tick": tick, "end": True, "mode": self.data.mode if self.data else None,
+        emit({"tick": tick, "end": True, "mode": self._mode(),
               **({"space": space} if space is not None else {})})
 
     def _forget_if_gone(self) -> None:
-        """After an md op found no file: if the workspace itself is gone, let go of the open
-        data file too (unlinked, it would go on answering), so that every op fails until the
-        workspace is back."""
+        """After an op found no file: if the workspace itself is gone, let go of the open
+        probes too (an unlinked data file would go on answering), so that every op fails
+        until the workspace is back."""
         if os.path.isdir(self.workspace):
             return  # one object missing: the md probe heals it
-        if self.data is not None:
-            self.data.close()
-        self.data = self.md = None
+        for probe in self.opened:
+            if probe is not None:
+                probe.close()
+        self.opened = [None] * len(self.kinds)
         self.claim.release()
 
     def save(self, finish: bool = False) -> None:
-        """Persist the md position; `finish`: first end the round in progress (a clean
-        stop, so md-workbench continues from the exact round)."""
-        if self.md is None:
-            return
-        if finish and not self.claim.refused:
-            self.md.finish_round()
-        else:
-            self.md.save_position()
+        """Persist where each probe is (the md position); `finish`: first end the round in
+        progress (a clean stop, so md-workbench continues from the exact round)."""
+        for probe in self.opened:
+            if probe is not None:
+                probe.save(finish=finish and not self.claim.refused)
 
 
 class Answers:
@@ -292,7 +270,8 @@ def main() -> int:
                 probes.save(finish=bool(command.get("finish")))
                 emit({"saved": True})
             except Exception as exc:
-                emit({"saved": False, **_error(exc)})
+                err, msg = error_of(exc)
+                emit({"saved": False, "err": err, "msg": msg})
     return 0
 
 

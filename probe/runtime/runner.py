@@ -30,9 +30,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from slowdown.analysis.words import OPS
 from slowdown.probe.locks.lock_file import LockHolder
 from slowdown.probe.locks.workspace_lock import holder_text, owner_environ
+from slowdown.probe.probes import probe_ops
 from slowdown.probe.probes.worker_position import Position, Progress
 from slowdown.probe.runtime.recorder import Recorder
 
@@ -95,10 +95,10 @@ class WorkerHandle:
             return None
         seen: Position | None = self.progress.get()
         if seen is None or seen.tick != flight.tick:  # the run has not begun
-            return OPS[0], flight.sent
-        if seen.done >= len(OPS):  # every op done; the answers are on their way
+            return probe_ops()[0], flight.sent
+        if seen.done >= len(probe_ops()):  # every op done; the answers are on their way
             return None
-        return OPS[seen.done], seen.since
+        return probe_ops()[seen.done], seen.since
 
     def send(self, message: dict) -> bool:
         try:
@@ -196,7 +196,7 @@ class TargetRunner:
                 age = now - since
                 if age < self.abandon_after or len(self._abandoned) >= self.max_abandoned:
                     self.status.skipped += 1
-                    self.recorder.skipped(self.name, OPS, wall)
+                    self.recorder.skipped(self.name, probe_ops(), wall)
                     self._waited(worker.in_flight, wall, op, age)
                     return False
                 log.warning("target %s: worker %d stuck in %s for %.0f s; abandoned, starting "
@@ -214,7 +214,7 @@ class TargetRunner:
                 worker.in_flight = None
                 self._current = None
                 worker.kill()
-                self.recorder.skipped(self.name, OPS, wall)
+                self.recorder.skipped(self.name, probe_ops(), wall)
                 return False
             return True
 
@@ -377,7 +377,7 @@ class TargetRunner:
         window's statistics describe the time in it, not only the probes that completed."""
         if flight is None:
             return
-        flight.skips.append((wall, op or OPS[0], age))
+        flight.skips.append((wall, op or probe_ops()[0], age))
         for done, (latency, failed) in flight.done.items():
             self.recorder.waited(self.name, done, latency, wall, failed=failed)
 

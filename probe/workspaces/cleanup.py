@@ -29,9 +29,10 @@ from slowdown.probe.layout.errors import (
 )
 from slowdown.probe.layout.manifest import Manifest, PoolEntry, read_manifest, read_ours
 from slowdown.probe.layout.md_pool import object_index
-from slowdown.probe.layout.names import MANIFEST_NAME, STATE_FILES
+from slowdown.probe.layout.names import MANIFEST_NAME, WORKSPACE_FILES
 from slowdown.probe.layout.path_safety import check_host, lstat_or_none, require_dir, require_ours
 from slowdown.probe.locks.workspace_lock import hold_for_cleanup, in_use, refusal
+from slowdown.probe.probes import probe_state_files
 from slowdown.probe.workspaces.prepare import SLOWDOWN_DIR, Workspace
 
 if TYPE_CHECKING:
@@ -180,7 +181,8 @@ def cleanup(target: Target, host: str) -> CleanupReport:
                                         f"{manifest.host!r}; not touching it")
         lock = hold_for_cleanup(ws_fd, ws, host)  # held until the end; removed as listed
         _cleanup_pool(ws_fd, manifest.pool, report)
-        unlink_listed(ws_fd, (manifest.data_name, *STATE_FILES), report)  # data/write.bin
+        state_files = (*probe_state_files(), *WORKSPACE_FILES)  # what the probes wrote too
+        unlink_listed(ws_fd, (manifest.data_name, *state_files), report)  # data/write.bin
         with os.scandir(ws_fd) as it:
             remaining = sorted(e.name for e in it if e.name != MANIFEST_NAME)
         for name in remaining:

@@ -70,6 +70,7 @@ from slowdown.probe.layout.path_safety import (
     require_dir,
     require_ours,
 )
+from slowdown.probe.probes import DATA_FILE, MD_POOL, registered
 from slowdown.probe.probes.data import FADVISE, DataProbe
 from slowdown.probe.workspaces.data_file import verified_length, write_data
 from slowdown.probe.workspaces.md_pool import fill_pool, scan_pool
@@ -182,6 +183,19 @@ def _data_size(target: Target, ram_bytes: int | None) -> int:
     return int(size)
 
 
+MAKES = (DATA_FILE, MD_POOL)  # the parts of a workspace prepare makes, for every probe
+
+
+def _check_needs() -> None:
+    """Refuse before anything is made when a registered probe needs a part prepare does not
+    make: its worker would fail every tick."""
+    for probe in registered():
+        missing = [need for need in probe.needs if need not in MAKES]
+        if missing:
+            raise WorkspaceError(f"probe {probe.name!r} needs {', '.join(missing)}, which "
+                                 "prepare does not make")
+
+
 def prepare(target: Target, host: str, *, ram_bytes: int | None = None,
             progress: bool = True, console: Console | None = None,
             md_workbench_status: Path | None = None, wait: float = 0.0) -> PrepareReport:
@@ -193,6 +207,7 @@ def prepare(target: Target, host: str, *, ram_bytes: int | None = None,
     node that is writing the shared data file (report.shared.busy when it has not finished).
     """
     check_host(host)
+    _check_needs()
     shared = target.data_file == "shared"
     if shared and host == SHARED_DIR:
         raise WorkspaceError(f"host name {host!r} is the directory of the shared data file "
