@@ -651,9 +651,9 @@ def trace_child(config_path: Path, seconds: float, variant: str, out: Path) -> i
     from apscheduler.schedulers.base import BaseScheduler
 
     from slowdown.analysis.config import load_config
+    from slowdown.analysis.store.live import LiveFile
     from slowdown.probe.daemon.service import Service
     from slowdown.probe.runtime import logs
-    from slowdown.probe.runtime.live_state import LiveFile
     from slowdown.probe.runtime.runner import TargetRunner
 
     logs.setup(False)

@@ -132,7 +132,7 @@ class ServiceState:
     landing: Landing | None = None  # whether its records reach the file (store/landing.py)
     pending: int | None = None  # minutes its running service keeps in memory
     # Per target: its filesystem's free space ("space") and each op's last error ("errors"),
-    # as the live state or the file's state says (probe/runtime/live_state.py, ``probes_state``).
+    # as the live state or the file's state says (store/live.py, ``probes_state``).
     probes: dict = field(default_factory=dict)
 
     def json(self, now: float) -> dict:
@@ -235,7 +235,7 @@ def _state(store: Store | None, key: str) -> object:
 
 
 def _probes(live: dict) -> dict:
-    """``probes_state`` of a live state (probe/runtime/live_state.py)."""
+    """``probes_state`` of a live state (store/live.py)."""
     return {t: {"space": info.get("space"),
                 "errors": {op: v for op, v in (info.get("last") or {}).items()
                            if isinstance(v, dict) and "err" in v}}

@@ -38,7 +38,7 @@ from slowdown.analysis.stats import baseline
 from slowdown.analysis.store import Store, retention
 from slowdown.analysis.store.landing import PROBES, Landing
 from slowdown.analysis.store.landing import STATE_KEY as LANDING
-from slowdown.analysis.store.live import live_path
+from slowdown.analysis.store.live import LiveFile, live_path, probes_state, state_of
 from slowdown.analysis.store.records import MINUTE, minute_of
 from slowdown.probe.exporters.jobs import ExportJobs
 from slowdown.probe.locks.database_lock import (
@@ -49,7 +49,6 @@ from slowdown.probe.locks.database_lock import (
     lock_database,
     release,
 )
-from slowdown.probe.runtime.live_state import LiveFile, probes_state, state_of
 from slowdown.probe.runtime.node_context import NodeSampler
 from slowdown.probe.runtime.recorder import CLOCK_STEP, Recorder
 from slowdown.probe.runtime.runner import TargetRunner
@@ -269,7 +268,8 @@ class Service:
         return {"ticks": len(delays), "p50": at(0.5), "p99": at(0.99), "max": delays[-1]}
 
     def live_state(self, now: float | None = None, stopped: bool = False) -> dict:
-        """The live state now (``live_file.state_of``); ``stopped``: the last one."""
+        """The live state now (``state_of``, in ``analysis/store/live.py`` with its reader);
+        ``stopped``: the last one."""
         return state_of(self, time.time() if now is None else now, stopped)
 
     # -- lifecycle ---------------------------------------------------------------------------
