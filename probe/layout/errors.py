@@ -1,8 +1,8 @@
 """Why prepare or cleanup stops: one exception family, each message one line for the user.
 
-Every refusal of the workspace modules (pathsafety, space, datafile, pool, mdworkbench,
-workspace, cleanup) is a WorkspaceError, so a caller that catches it catches all of them; the
-subclasses say which kind of refusal it was. This module imports nothing.
+Every refusal of the workspace modules (layout/path_safety; in workspaces/: space, data_file,
+md_pool, md_workbench_pool, prepare, cleanup) is a WorkspaceError, so a caller that catches it
+catches all of them; the subclasses say which kind of refusal it was. This module imports nothing.
 """
 
 from __future__ import annotations

@@ -63,7 +63,7 @@ class StartState:
 
 def _place_ok(config: Config, environ: Mapping[str, str]) -> bool:
     """Whether the database's place is one the service would write, its directory made as
-    the service makes it (``database_claim.claim_database``)."""
+    the service makes it (``locks/database_lock.claim_database``)."""
     database = Path(config.database)
     filesystem = filesystem_of(database)
     allowed = getattr(config, "allow_network_database", False)

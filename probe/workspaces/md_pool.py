@@ -1,6 +1,6 @@
 """The md pool of a workspace: finding what a first prepare created, creating the rest.
 
-The pool is laid out as MD-Workbench lays out its objects (md_probe.PoolLayout). `scan_pool`
+The pool is laid out as MD-Workbench lays out its objects (layout/md_pool.PoolLayout). `scan_pool`
 reports which objects of the precreate window exist whole in each data set, unlinks truncated
 ones (a kill between create and write) and reports, without touching them, names outside the
 window; `fill_pool` creates the missing directories and objects (O_EXCL, never through a

@@ -23,10 +23,10 @@ shared data files, or with data_file = "own") goes on being probed as it is, and
 how to move it. Where the filesystem refuses O_DIRECT, prepare says so when the data file is
 not larger than this node's RAM: the fallback (posix_fadvise) needs that.
 
-This module orchestrates; the jobs are done by pathsafety (the path checks), space (free space
-and inodes), datafile (data.bin), pool (creating the pool), mdworkbench (recognising a pool to
-adopt), shared (the shared data file) and progressbar (the bars). workspaces/cleanup.py removes a
-workspace again, workspaces/shared_cleanup.py the shared data file.
+This module orchestrates; the jobs are done by layout/path_safety (the path checks), space
+(free space and inodes), data_file (data.bin), md_pool (creating the pool), md_workbench_pool
+(recognising a pool to adopt), shared_data (the shared data file) and progress_bar (the bars).
+cleanup.py removes a workspace again, shared_cleanup.py the shared data file.
 """
 
 from __future__ import annotations
