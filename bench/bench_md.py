@@ -42,7 +42,7 @@ from typing import Any
 
 from bench.workspaces import filesystem_of
 from slowdown.probe.layout.md_content import SEED
-from slowdown.probe.layout.md_pool import PoolLayout
+from slowdown.probe.layout.md_pool_layout import PoolLayout
 from slowdown.probe.layout.md_status import read_status_full, write_status
 from slowdown.probe.layout.names import STATUS_NAME
 from slowdown.probe.probes.md import MdProbe

@@ -1,8 +1,8 @@
 """The metadata probe: MD-Workbench's object rotation, one object per tick.
 
-Layout (layout/md_pool.py, as MD-Workbench lays out its objects): data set `d` is `<pool>/0_<d>`,
-object `i` in it `<pool>/0_<d>/file-<i>`. Precreate makes file-0 .. file-(P-1) in every data
-set, object index outer, data set inner (run_precreate).
+Layout (layout/md_pool_layout.py, as MD-Workbench lays out its objects): data set `d` is
+`<pool>/0_<d>`, object `i` in it `<pool>/0_<d>/file-<i>`. Precreate makes file-0 .. file-(P-1) in
+every data set, object index outer, data set inner (run_precreate).
 
 Rotation (run_benchmark with one rank): round `f` visits data sets 0..D-1 and, in data set `d`,
 stats, reads and deletes the oldest object file-<f> and creates file-<f+P>. The probe does one
@@ -38,7 +38,7 @@ from typing import NamedTuple, Optional
 from slowdown.analysis.words import MD_OPS
 from slowdown.probe.layout.manifest import ManifestError, read_manifest
 from slowdown.probe.layout.md_content import object_content
-from slowdown.probe.layout.md_pool import OBJECT_RE, PoolLayout, object_index
+from slowdown.probe.layout.md_pool_layout import OBJECT_RE, PoolLayout, object_index
 from slowdown.probe.layout.md_status import read_status_full, write_status
 from slowdown.probe.layout.names import STATUS_NAME, tmp_name
 from slowdown.probe.probes import MD_POOL, Place, Probe, Report, Result, md_resume

@@ -28,7 +28,7 @@ import contextlib
 import os
 import stat
 
-from slowdown.probe.layout.md_pool import PoolLayout, object_index
+from slowdown.probe.layout.md_pool_layout import PoolLayout, object_index
 
 _REWRITE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
 

@@ -28,7 +28,7 @@ from slowdown.probe.layout.errors import (
     WorkspaceInUseError,
 )
 from slowdown.probe.layout.manifest import Manifest, PoolEntry, read_manifest, read_ours
-from slowdown.probe.layout.md_pool import object_index
+from slowdown.probe.layout.md_pool_layout import object_index
 from slowdown.probe.layout.names import MANIFEST_NAME, WORKSPACE_FILES
 from slowdown.probe.layout.path_safety import check_host, lstat_or_none, require_dir, require_ours
 from slowdown.probe.locks.workspace_lock import hold_for_cleanup, in_use, refusal

@@ -1,9 +1,9 @@
 """The md pool of a workspace: finding what a first prepare created, creating the rest.
 
-The pool is laid out as MD-Workbench lays out its objects (layout/md_pool.PoolLayout). `scan_pool`
-reports which objects of the precreate window exist whole in each data set, unlinks truncated
-ones (a kill between create and write) and reports, without touching them, names outside the
-window; `fill_pool` creates the missing directories and objects (O_EXCL, never through a
+The pool is laid out as MD-Workbench lays out its objects (layout/md_pool_layout.PoolLayout).
+`scan_pool` reports which objects of the precreate window exist whole in each data set, unlinks
+truncated ones (a kill between create and write) and reports, without touching them, names outside
+the window; `fill_pool` creates the missing directories and objects (O_EXCL, never through a
 symlink), in md-workbench's precreate order, and fsyncs the data set directories, so a second
 run after an interruption creates exactly what is missing. An OSError while creating the
 objects becomes a WorkspaceError that says to run prepare again.
@@ -16,7 +16,7 @@ from typing import Any
 
 from slowdown.probe.layout.errors import WorkspaceError
 from slowdown.probe.layout.md_content import object_content
-from slowdown.probe.layout.md_pool import PoolLayout, object_index
+from slowdown.probe.layout.md_pool_layout import PoolLayout, object_index
 from slowdown.probe.layout.names import POOL_NAME
 from slowdown.probe.layout.path_safety import lstat_or_none, require_dir
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from slowdown.probe.layout.errors import ForeignWorkspaceError
 from slowdown.probe.layout.manifest import ManifestError
-from slowdown.probe.layout.md_pool import object_index
+from slowdown.probe.layout.md_pool_layout import object_index
 from slowdown.probe.layout.md_status import parse_status
 from slowdown.probe.layout.names import POOL_NAME
 from slowdown.probe.layout.path_safety import lstat_or_none

@@ -52,7 +52,7 @@ from slowdown.probe.layout.manifest import (
     read_ours,
     write_manifest,
 )
-from slowdown.probe.layout.md_pool import PoolLayout
+from slowdown.probe.layout.md_pool_layout import PoolLayout
 from slowdown.probe.layout.md_status import write_status
 from slowdown.probe.layout.names import (
     BLOCK_SIZE,
