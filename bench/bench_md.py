@@ -41,10 +41,11 @@ from pathlib import Path
 from typing import Any
 
 from bench.workspaces import filesystem_of
-from slowdown.probe.manifest import STATUS_NAME, read_status_full, write_status
-from slowdown.probe.md_content import SEED
-from slowdown.probe.md_layout import PoolLayout
-from slowdown.probe.md_probe import MdProbe
+from slowdown.probe.layout.md_content import SEED
+from slowdown.probe.layout.md_pool_layout import PoolLayout
+from slowdown.probe.layout.md_status import read_status_full, write_status
+from slowdown.probe.layout.names import STATUS_NAME
+from slowdown.probe.probes.md import MdProbe
 
 OPS = {"stat": "md-stat", "read": "md-read", "delete": "md-delete", "create": "md-write"}
 GOAL = 0.10  # medians within 10 %, or the difference named and measured

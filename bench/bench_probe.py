@@ -72,7 +72,7 @@ from bench.workspaces import (
     settle,
     write_config,
 )
-from slowdown.probe.data_probe import DataProbe
+from slowdown.probe.probes.data import DataProbe
 
 DEFAULT_DIR = Path("/var/tmp/slowdown-bench-probe")
 GOAL_RATIO = 0.05  # ours within 5% of ioping's median ...

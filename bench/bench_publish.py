@@ -1,4 +1,4 @@
-"""What a publish costs (probe/publish.py) against the plainest copy of the same file.
+"""What a publish costs (probe/exporters/publish.py) against the plainest copy of the same file.
 
 For databases of several sizes, in one directory on one filesystem, repeats alternate:
 
@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 
 from slowdown.analysis.store import Store
-from slowdown.probe.publish import publish
+from slowdown.probe.exporters.publish import publish
 
 MIB = 1 << 20
 

@@ -9,7 +9,7 @@ Run from the repository root with the package importable (installed, or on PYTHO
 Two targets are prepared with ``slowdown-probe prepare``: ``root``, a directory on the root
 disk, and ``loop``, a directory on a loop-mounted ext4 image (needs root; ``--second dir`` uses
 a second directory on the root disk instead). The service then runs as it runs in production,
-``python -m slowdown.probe.cli --config FILE run --duration 10m``, in a child process.
+``python -m slowdown.probe.command.main --config FILE run --duration 10m``, in a child process.
 
 - CPU: this process makes itself a child subreaper (``PR_SET_CHILD_SUBREAPER``), so the probe
   workers, which the service kills at exit without waiting for them, are handed to it and
@@ -74,7 +74,7 @@ from bench.workspaces import (
     write_config,
 )
 from slowdown.analysis.store import Store
-from slowdown.probe.service import phase_of
+from slowdown.probe.daemon.service import phase_of
 
 DEFAULT_DIR = Path("/var/tmp/slowdown-bench-service")
 GOAL_CPU = 0.5  # % of one core, service + workers
@@ -170,8 +170,8 @@ def role_of(proc: psutil.Process, service_pid: int, names: dict[str, str]) -> st
         cmd = proc.cmdline()
     except psutil.Error:
         return "child"
-    if "slowdown.probe.worker" in cmd[:-1]:
-        workspace = cmd[cmd.index("slowdown.probe.worker") + 1]
+    if "slowdown.probe.probes.worker" in cmd[:-1]:
+        workspace = cmd[cmd.index("slowdown.probe.probes.worker") + 1]
         for path, name in names.items():
             if workspace.startswith(path):
                 return f"worker {name}"
@@ -247,7 +247,7 @@ def run_once(config: Path, database: Path, log: Path, duration: float, warmup: f
     t0 = time.monotonic()
     with open(log, "w") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "slowdown.probe.cli", "--config", str(config), "run",
+            [sys.executable, "-m", "slowdown.probe.command.main", "--config", str(config), "run",
              "--duration", f"{duration:g}s"],
             stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT)
     ended: list[float] = []
@@ -438,8 +438,8 @@ def worker_ops_cpu(workspace: Path, ticks: int) -> dict[str, dict[str, float]]:
     """CPU (thread time) of each part of a worker's tick, ticks 1 s apart (as in service)
     and back to back; medians, seconds. Saves the md position afterwards, so the service
     carries on from where this left the pool."""
-    from slowdown.probe.data_probe import DataProbe
-    from slowdown.probe.md_probe import MdProbe
+    from slowdown.probe.probes.data import DataProbe
+    from slowdown.probe.probes.md import MdProbe
 
     data = DataProbe(workspace / "data.bin")
     md = MdProbe.from_workspace(workspace)
@@ -469,8 +469,8 @@ def profile_child(config_path: Path, seconds: float, top: int) -> int:
     import yappi
 
     from slowdown.analysis.config import load_config
-    from slowdown.probe import logs
-    from slowdown.probe.service import run_service
+    from slowdown.probe.daemon.service import run_service
+    from slowdown.probe.runtime import logs
 
     logs.setup(False)
     config = load_config(config_path)
@@ -651,10 +651,10 @@ def trace_child(config_path: Path, seconds: float, variant: str, out: Path) -> i
     from apscheduler.schedulers.base import BaseScheduler
 
     from slowdown.analysis.config import load_config
-    from slowdown.probe import logs
-    from slowdown.probe.live_file import LiveFile
-    from slowdown.probe.runner import TargetRunner
-    from slowdown.probe.service import Service
+    from slowdown.analysis.store.live import LiveFile
+    from slowdown.probe.daemon.service import Service
+    from slowdown.probe.runtime import logs
+    from slowdown.probe.runtime.runner import TargetRunner
 
     logs.setup(False)
     config = load_config(config_path)
@@ -922,7 +922,7 @@ def main(argv: list[str] | None = None) -> int:
             header.append(f"target {t.name}: {t.path} on {filesystem_of(t.path)}, data.bin "
                           f"{size / GIB:.2f} GiB, pool {pool} files in 10 directories")
         header.append(f"prepared in {took:.0f} s; interval 1 s; each run "
-                      f"`{sys.executable} -m slowdown.probe.cli --config {config} run "
+                      f"`{sys.executable} -m slowdown.probe.command.main --config {config} run "
                       f"--duration {duration:g}s`")
         names = {str(t.path): t.name for t in targets}
         for i in range(args.runs):

@@ -56,7 +56,7 @@ def children(pid: int) -> list[int]:
 def measure(python: str, config: Path, warmup: float, window: float) -> dict:
     duration = int(warmup + window + 10)
     service = subprocess.Popen(
-        [python, "-m", "slowdown.probe.cli", "--config", str(config), "run", "--duration",
+        [python, "-m", "slowdown.probe.command.main", "--config", str(config), "run", "--duration",
          f"{duration}s"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd="/")
     try:
         time.sleep(warmup)

@@ -46,8 +46,8 @@ def write_config(path: Path, database: Path, targets: Sequence[BenchTarget]) -> 
 
 def probe_cli(config: Path, *args: str) -> subprocess.CompletedProcess:
     """``slowdown-probe --config CONFIG ARGS``, in a child with this interpreter."""
-    done = subprocess.run([sys.executable, "-m", "slowdown.probe.cli", "--config", str(config),
-                           *args], capture_output=True, text=True)
+    done = subprocess.run([sys.executable, "-m", "slowdown.probe.command.main", "--config",
+                           str(config), *args], capture_output=True, text=True)
     if done.returncode:
         raise SystemExit(f"slowdown-probe {' '.join(args)} failed ({done.returncode}):\n"
                          f"{done.stdout}{done.stderr}")

@@ -90,7 +90,7 @@ def workers_of(workspace: Path) -> list[psutil.Process]:
     found = []
     for proc in psutil.process_iter(["cmdline"]):
         cmdline = proc.info.get("cmdline") or []
-        if "slowdown.probe.worker" in cmdline and str(workspace) in cmdline:
+        if "slowdown.probe.probes.worker" in cmdline and str(workspace) in cmdline:
             found.append(proc)
     return found
 

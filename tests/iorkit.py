@@ -26,10 +26,10 @@ def md_workbench(ws: Path, dirs: int, per_dir: int, size: int, iterations: int,
     """Run the real `md-workbench -2` (benchmark phase, one rank) on the pool of workspace
     `ws`, continuing from its status file; return (errors it counted, its output).
 
-    -G is slowdown's seed (probe/md_content.py), so -X verifies what slowdown wrote; the
+    -G is slowdown's seed (probe/layout/md_content.py), so -X verifies what slowdown wrote; the
     run-info file is written relative to the cwd, so it runs from inside the workspace.
     """
-    from slowdown.probe.md_content import SEED
+    from slowdown.probe.layout.md_content import SEED
 
     cmd = [str(ior_bin() / "md-workbench"), "-2", "-o", str(ws / "md"), f"-D={dirs}",
            f"-P={per_dir}", f"-S={size}", f"-I={iterations}", "-R=1", f"-G={SEED}",

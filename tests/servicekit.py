@@ -47,7 +47,7 @@ def write_config(path: Path, database: Path, targets: Iterable[TargetSpec], **to
 
 def probe_cli(config: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "slowdown.probe.cli", "--config", str(config), *args],
+        [sys.executable, "-m", "slowdown.probe.command.main", "--config", str(config), *args],
         capture_output=True, text=True, timeout=timeout,
     )
 
@@ -64,8 +64,8 @@ def start_service(config: Path, *args: str, env: dict | None = None,
         st = os.fstat(log.fileno())
         stream = {"JOURNAL_STREAM": f"{st.st_dev}:{st.st_ino}"} if journal else {}
         proc = subprocess.Popen(
-            [*(wrap or []), sys.executable, "-m", "slowdown.probe.cli", "--config", str(config),
-             "run", *args],
+            [*(wrap or []), sys.executable, "-m", "slowdown.probe.command.main", "--config",
+             str(config), "run", *args],
             stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
             env={**os.environ, **(env or {}), **stream},
         )

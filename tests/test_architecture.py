@@ -24,8 +24,18 @@ RANKS = {
     "slowdown.analysis.fio": 5,
     "slowdown.analysis.report": 5,
     "slowdown.analysis.view": 5,
-    "slowdown.probe": 6,
     "slowdown.analysis.cli": 6,
+    # The probe's rooms stand above every analysis room but its command line, which they
+    # never import (an equal rank: neither side imports the other).
+    "slowdown.probe": 6,
+    "slowdown.probe.layout": 6,
+    "slowdown.probe.locks": 7,
+    "slowdown.probe.probes": 8,
+    "slowdown.probe.workspaces": 9,
+    "slowdown.probe.runtime": 9,
+    "slowdown.probe.exporters": 10,
+    "slowdown.probe.daemon": 11,
+    "slowdown.probe.command": 12,
 }
 
 

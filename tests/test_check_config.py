@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from slowdown.probe.cli import main
+from slowdown.probe.command.main import main
 from tests.cli_runner import runner
 
 
@@ -91,7 +91,7 @@ def test_a_target_on_a_hung_filesystem_is_a_warning_within_seconds(faultfs, tmp_
         """)
     faultfs.hang(["getattr"], path="probe")
     started = time.monotonic()
-    done = subprocess.run([sys.executable, "-m", "slowdown.probe.cli", "check-config",
+    done = subprocess.run([sys.executable, "-m", "slowdown.probe.command.main", "check-config",
                            str(config)], capture_output=True, text=True, timeout=30)
     took = time.monotonic() - started
     faultfs.release()
@@ -138,9 +138,9 @@ def test_the_service_logs_the_short_interval_as_it_starts(tmp_path):
         pool_files = 100
         pool_dirs = 10
         """)
-    done = subprocess.run([sys.executable, "-m", "slowdown.probe.cli", "--config", str(config),
-                           "run", "--prepare", "--duration", "1s"], capture_output=True,
-                          text=True, timeout=50)
+    done = subprocess.run([sys.executable, "-m", "slowdown.probe.command.main", "--config",
+                           str(config), "run", "--prepare", "--duration", "1s"],
+                          capture_output=True, text=True, timeout=50)
     assert done.returncode == 0, done.stderr
     said = [line for line in done.stderr.splitlines() if "interval:" in line]
     assert len(said) == 1, done.stderr

@@ -12,7 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from slowdown.analysis.cli.main import main
-from slowdown.probe.cli import main as probe_main
+from slowdown.probe.command.main import main as probe_main
 from tests.datakit import fill, lognormal, utc
 from tests.servicekit import TargetSpec, write_config
 
@@ -46,7 +46,7 @@ def other(tmp_path):
 def test_both_commands_say_their_version_the_same_way():
     said = {}
     for name, module in (("slowdown", "slowdown.analysis.cli"),
-                         ("slowdown-probe", "slowdown.probe.cli")):
+                         ("slowdown-probe", "slowdown.probe.command.main")):
         done = subprocess.run([sys.executable, "-m", module, "--version"], capture_output=True,
                               text=True, timeout=60)
         assert done.returncode == 0, done.stderr
@@ -121,7 +121,7 @@ def test_probe_commands_take_config_after_the_command(tmp_path, configured, othe
     assert code == 0 and "work: removed" in out, out
     result = CliRunner().invoke(probe_main, ["systemd-dropin", "--config", str(configured)])
     assert str(configured) in result.output  # made from it (under /tmp: refused, naming it)
-    done = subprocess.run([sys.executable, "-m", "slowdown.probe.cli", "run", "--config",
+    done = subprocess.run([sys.executable, "-m", "slowdown.probe.command.main", "run", "--config",
                            str(other), "--duration", "1s"], capture_output=True, text=True,
                           timeout=60)  # the service: never in the test process
     assert done.returncode == 0, done.stderr

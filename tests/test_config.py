@@ -36,7 +36,7 @@ from slowdown.analysis.config.checks import (
 from slowdown.analysis.config.locator import _Locator
 from slowdown.analysis.config.model import ACTION_TYPES, ALERT_KINDS, KeepConfig
 from slowdown.analysis.words import OPS, STATISTICS, is_statistic, statistic_quantile
-from slowdown.probe.cli import main
+from slowdown.probe.command.main import main
 from tests.cli_runner import runner
 
 REPO = Path(__file__).resolve().parent.parent

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from slowdown.analysis.config import DataSize, Target
-from slowdown.probe.data_probe import DIRECT, DataProbe
-from slowdown.probe.workspace import Workspace, prepare
+from slowdown.probe.probes.data import DIRECT, DataProbe
+from slowdown.probe.workspaces.prepare import Workspace, prepare
 
 MIB = 1 << 20
 PAGE = 4096
@@ -56,7 +56,7 @@ def fdatasyncs(tmp_path: Path, *worker_args: str, ticks: int = 3) -> tuple[int, 
     trace = tmp_path / f"strace{'-'.join(worker_args)}.txt"
     done = subprocess.run(
         [shutil.which("strace") or "strace", "-f", "-qq", "-e", "trace=fdatasync", "-o",
-         str(trace), sys.executable, "-m", "slowdown.probe.worker", str(ws), *worker_args],
+         str(trace), sys.executable, "-m", "slowdown.probe.probes.worker", str(ws), *worker_args],
         input="".join(json.dumps({"tick": n}) + "\n" for n in range(1, ticks + 1)),
         capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
@@ -80,8 +80,8 @@ def test_sync_true_adds_one_fdatasync_to_each_write(tmp_path: Path) -> None:
 @pytest.mark.timeout(30)
 def test_the_service_hands_sync_true_to_the_worker(tmp_path: Path) -> None:
     from slowdown.analysis.config import loads
-    from slowdown.probe.recorder import Recorder
-    from slowdown.probe.runner import TargetRunner
+    from slowdown.probe.runtime.recorder import Recorder
+    from slowdown.probe.runtime.runner import TargetRunner
 
     config = loads(f'[[target]]\nname = "t"\npath = "{tmp_path}"\nsync = true\n'
                    f'[[target]]\nname = "u"\npath = "{tmp_path / "u"}"\n')

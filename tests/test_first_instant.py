@@ -51,7 +51,7 @@ def test_a_first_prepare_alone_is_said_and_then_nothing_is_claimed(faultfs, tmp_
                           [TargetSpec("one", faultfs.mountpoint / "t")])
     faultfs.hang(["mkdir"], path="t")
     with open(tmp_path / "prepare.log", "wb") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "slowdown.probe.cli", "--config",
+        proc = subprocess.Popen([sys.executable, "-m", "slowdown.probe.command.main", "--config",
                                  str(config), "prepare", "--no-progress"],
                                 stdout=log, stderr=subprocess.STDOUT)
     try:

@@ -26,7 +26,7 @@ from slowdown.analysis.stats.baseline import BaselineBook
 from slowdown.analysis.stats.slowdown import target_slowdowns
 from slowdown.analysis.store import Selection, Store, derived, schema
 from slowdown.analysis.store.records import HOUR, NodeContext, Record
-from slowdown.probe.metrics import bucket_bounds
+from slowdown.probe.exporters.metrics import bucket_bounds
 from tests.datakit import fill, lognormal, utc
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -19,7 +19,7 @@ import pytest
 from slowdown.analysis.alerts import evaluate
 from slowdown.analysis.config import load_config
 from slowdown.analysis.store import Store
-from slowdown.probe.recorder import Recorder
+from slowdown.probe.runtime.recorder import Recorder
 from tests.datakit import utc
 from tests.faultfs import FaultFS
 from tests.reliabilitykit import offset_env, offset_to

@@ -119,8 +119,8 @@ def test_a_replacement_stuck_at_its_start_counts_its_wait_not_an_error(tmp_path:
     is abandoned in turn, exits without running its tick once the filesystem answers: its tick
     waited that long (a latency of its age), and no op failed (it was counted an error with no
     latency, "1.04% of data-read failed" after a hang without an I/O error)."""
-    from slowdown.probe.recorder import Recorder
-    from slowdown.probe.runner import TargetRunner
+    from slowdown.probe.runtime.recorder import Recorder
+    from slowdown.probe.runtime.runner import TargetRunner
 
     with FaultFS(tmp_path / "backing", tmp_path / "mnt") as fs:
         ws = workspace(fs.mountpoint)

@@ -15,7 +15,7 @@ import threading
 import time
 import warnings
 
-from slowdown.probe import logs
+from slowdown.probe.runtime import logs
 
 BAD = 'interval = "fast"\n[[target]]\nname = "a"\npath = "relative"\n'
 DATED = re.compile(r"(\S+) (DEBUG|INFO|WARNING|ERROR|CRITICAL) (\S+): (.*)")
@@ -32,7 +32,7 @@ def run_bad_config(tmp_path, journal: str | None) -> str:
         env = {k: v for k, v in os.environ.items() if k != "JOURNAL_STREAM"}
         if journal is not None:
             env["JOURNAL_STREAM"] = f"{st.st_dev}:{st.st_ino}" if journal == "file" else journal
-        done = subprocess.run([sys.executable, "-m", "slowdown.probe.cli", "--config",
+        done = subprocess.run([sys.executable, "-m", "slowdown.probe.command.main", "--config",
                                str(config), "run", "--duration", "1s"], stdout=subprocess.PIPE,
                               stderr=err, env=env, timeout=30)
     assert done.returncode == 2

@@ -19,8 +19,8 @@ from slowdown.analysis.histogram import Histogram, mapping_for
 from slowdown.analysis.stats.baseline import BaselineBook
 from slowdown.analysis.stats.slowdown import target_slowdowns
 from slowdown.analysis.store import Store
-from slowdown.probe.metrics import EXPORT_SCALE, bucket_bounds, series_budget
-from slowdown.probe.service import Service
+from slowdown.probe.daemon.service import Service
+from slowdown.probe.exporters.metrics import EXPORT_SCALE, bucket_bounds, series_budget
 from tests.datakit import fill, lognormal, utc
 from tests.faultfs import FaultFS
 from tests.servicekit import live, probe_cli, start_service, stop_service, wait_for

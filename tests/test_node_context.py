@@ -14,7 +14,7 @@ import pytest
 
 from slowdown.analysis.stats.verdict import node_context
 from slowdown.analysis.store import Store
-from slowdown.probe import node
+from slowdown.probe.runtime import node_context as node
 
 
 def proc_stat() -> tuple[int, int]:

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from slowdown.analysis.store.filesystem import filesystem_of, parse_mountinfo
-from slowdown.probe.lockfile import utc
+from slowdown.probe.locks.lock_file import utc
 from tests.faultfs import FaultFS
 from tests.fixtures_fs import require_root
 from tests.servicekit import (
@@ -165,7 +165,7 @@ def test_the_built_in_default_moves_off_a_shared_home_and_the_reader_finds_it(tm
     moved = Path(f"/var/tmp/slowdown-{os.getuid()}/slowdown-{host}.db")
     made_dir = not moved.parent.exists()
     try:
-        shown = subprocess.run([sys.executable, "-m", "slowdown.probe.cli", "--config",
+        shown = subprocess.run([sys.executable, "-m", "slowdown.probe.command.main", "--config",
                                 str(config), "check-config"], capture_output=True, text=True,
                                env={**os.environ, **env}, timeout=60)
         assert shown.returncode == 0, shown.stderr
@@ -280,7 +280,7 @@ def test_an_unwritable_database_directory_is_one_line_and_nothing_is_written(tmp
     store.mkdir(mode=0o555)  # and the service runs as root without capabilities
     config = prepared(tmp_path, "denied", store / "slowdown.db")
     done = subprocess.run(["setpriv", "--bounding-set=-all", "--inh-caps=-all", sys.executable,
-                           "-m", "slowdown.probe.cli", "--config", str(config), "run",
+                           "-m", "slowdown.probe.command.main", "--config", str(config), "run",
                            "--duration", "3s"], capture_output=True, text=True, timeout=30)
     line = one_error(done.stdout + done.stderr)
     assert done.returncode == 2, done  # a person's mistake: systemd does not start it again

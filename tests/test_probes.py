@@ -13,18 +13,16 @@ import pytest
 
 from slowdown.analysis.config import DataSize, Target
 from slowdown.analysis.words import MD_OPS
-from slowdown.probe.data_probe import DIRECT, FADVISE, DataProbe
-from slowdown.probe.manifest import (
-    ManifestError,
+from slowdown.probe.layout.manifest import ManifestError, read_manifest, write_manifest
+from slowdown.probe.layout.md_status import (
     format_status,
     parse_status,
     parse_status_full,
-    read_manifest,
-    write_manifest,
     write_status,
 )
-from slowdown.probe.md_probe import MdProbe, PoolLayout
-from slowdown.probe.workspace import Workspace, prepare
+from slowdown.probe.probes.data import DIRECT, FADVISE, DataProbe
+from slowdown.probe.probes.md import MdProbe, PoolLayout
+from slowdown.probe.workspaces.prepare import Workspace, prepare
 from tests.faultfs.mounts import run
 from tests.faultfs.realfs import ext4_image, ramfs, tmpfs
 from tests.iorkit import md_workbench

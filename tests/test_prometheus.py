@@ -18,7 +18,7 @@ import pytest
 
 from slowdown.analysis.histogram import mapping_for, rank
 from slowdown.analysis.store import Selection, Store, aggregate
-from slowdown.probe.metrics import EXPORT_SCALE, bucket_bounds
+from slowdown.probe.exporters.metrics import EXPORT_SCALE, bucket_bounds
 from tests.servicekit import output, probe_cli, start_service, stop_service, wait_for
 from tests.test_grafana import (
     FLEET,

@@ -1,6 +1,7 @@
-"""Publishing a node's database to a shared directory (probe/publish.py, probe/exports.py):
-real SQLite files, real child processes killed with SIGKILL, real read-only and full
-filesystems (tmpfs), the real ``slowdown`` reading the copies while they are replaced."""
+"""Publishing a node's database to a shared directory (probe/exporters/publish.py,
+probe/exporters/jobs.py): real SQLite files, real child processes killed with SIGKILL, real
+read-only and full filesystems (tmpfs), the real ``slowdown`` reading the copies while they
+are replaced."""
 
 from __future__ import annotations
 
@@ -23,10 +24,10 @@ from slowdown.analysis.config import loads
 from slowdown.analysis.config.errors import ConfigError
 from slowdown.analysis.store import Selection, Store
 from slowdown.analysis.store.open_files import read_only_uri
-from slowdown.probe.cli import describe_config
-from slowdown.probe.cli import main as probe_main
-from slowdown.probe.exports import PublishJob
-from slowdown.probe.publish import PublishError, publish, published_by, temp_path
+from slowdown.probe.command.main import describe_config
+from slowdown.probe.command.main import main as probe_main
+from slowdown.probe.exporters.jobs import PublishJob
+from slowdown.probe.exporters.publish import PublishError, publish, published_by, temp_path
 from tests.cli_runner import runner
 from tests.datakit import fill, lognormal
 from tests.faultfs.realfs import run, tmpfs
@@ -72,7 +73,7 @@ def digest(path: Path) -> str:
 
 
 def publish_cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "slowdown.probe.publish", *args],
+    return subprocess.run([sys.executable, "-m", "slowdown.probe.exporters.publish", *args],
                           capture_output=True, text=True, timeout=60)
 
 
@@ -115,8 +116,8 @@ def test_a_publish_killed_at_any_moment_leaves_the_previous_or_the_new_whole_cop
 
     def start() -> tuple[subprocess.Popen, Path, float]:
         """A publishing process, once its temporary file is there (the copy begun)."""
-        child = subprocess.Popen([sys.executable, "-m", "slowdown.probe.publish", str(source),
-                                  str(shared), HOST], stdout=subprocess.DEVNULL)
+        child = subprocess.Popen([sys.executable, "-m", "slowdown.probe.exporters.publish",
+                                  str(source), str(shared), HOST], stdout=subprocess.DEVNULL)
         temp = temp_path(shared, HOST, child.pid)
         deadline = time.monotonic() + 20
         while not temp.exists() and child.poll() is None and time.monotonic() < deadline:
@@ -156,7 +157,7 @@ def test_a_publish_killed_at_any_moment_leaves_the_previous_or_the_new_whole_cop
 _PUBLISH_LOOP = """
 import sys, time
 from pathlib import Path
-from slowdown.probe.publish import publish
+from slowdown.probe.exporters.publish import publish
 end = time.monotonic() + float(sys.argv[4])
 n = 0
 while time.monotonic() < end:
@@ -237,7 +238,7 @@ def test_only_this_hosts_leftovers_of_dead_publishes_are_removed(tmp_path):
     dead.wait()
     # a publish still running (a process of slowdown), and a PID taken again by another program
     running = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)",
-                                "slowdown.probe.publish"])
+                                "slowdown.probe.exporters.publish"])
     reused = subprocess.Popen(["sleep", "60"])
     mine = [f".{HOST}.db.{dead.pid}.publishing", f".{HOST}.db.{dead.pid}.publishing-journal",
             f".{HOST}.db.{reused.pid}.publishing"]
@@ -321,7 +322,7 @@ def test_the_service_job_logs_a_failed_publish_and_returns(tmp_path, caplog):
     config = loads(f'database = "{source}"\nhost = "{HOST}"\n[[target]]\nname = "work"\n'
                    f'path = "{tmp_path / "w"}"\n[publish]\ndir = "{shared}"\nevery = "1m"\n')
     job = PublishJob(config)
-    with caplog.at_level(logging.INFO, logger="slowdown.probe.exports"):
+    with caplog.at_level(logging.INFO, logger="slowdown.probe.exporters.jobs"):
         job.run()
         job.run()
         shared.mkdir()
@@ -442,7 +443,7 @@ def test_a_hung_shared_directory_holds_the_publish_child_never_the_service_job(
                    f'path = "{tmp_path / "w"}"\n[publish]\ndir = "{shared}"\nevery = "1m"\n')
     job = PublishJob(config, deadline=1.0)
     copy = shared / f"{HOST}.db"
-    with caplog.at_level(logging.INFO, logger="slowdown.probe.exports"):
+    with caplog.at_level(logging.INFO, logger="slowdown.probe.exporters.jobs"):
         job.run()
         first = published_by(copy)["at"]
         faultfs.hang(["write"], path=f".{HOST}.db.*")

@@ -29,8 +29,8 @@ def service_config(tmp_path: Path, database: Path) -> Path:
     config = tmp_path / "slowdown.toml"
     config.write_text(f'host = "testhost"\ndatabase = "{database}"\n[[target]]\nname = "t"\n'
                       f'path = "{target}"\ndata_size = "4MiB"\npool_files = 20\npool_dirs = 2\n')
-    done = subprocess.run([sys.executable, "-m", "slowdown.probe.cli", "--config", str(config),
-                           "prepare", "--no-progress"], capture_output=True, text=True,
+    done = subprocess.run([sys.executable, "-m", "slowdown.probe.command.main", "--config",
+                           str(config), "prepare", "--no-progress"], capture_output=True, text=True,
                           timeout=60)
     assert done.returncode == 0, done.stderr
     return config

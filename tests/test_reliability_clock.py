@@ -32,7 +32,7 @@ class Clocks:
 def test_the_recorder_never_counts_a_moment_twice_across_steps():
     """Unit level: a result a second for 3 minutes, with the wall clock stepped back 90 s
     and later forward 3600 s; no minute gets more results than seconds it was lived in."""
-    from slowdown.probe.recorder import Recorder
+    from slowdown.probe.runtime.recorder import Recorder
 
     t0 = 1_800_000_000 // 60 * 60
     clocks = Clocks(t0)
@@ -64,7 +64,7 @@ def test_the_recorder_never_counts_a_moment_twice_across_steps():
 
 
 def test_a_minute_closed_by_a_step_back_is_written_at_the_next_flush():
-    from slowdown.probe.recorder import Recorder
+    from slowdown.probe.runtime.recorder import Recorder
 
     t0 = 1_800_000_000 // 60 * 60
     clocks = Clocks(t0 + 30)
@@ -93,15 +93,15 @@ def test_a_second_step_back_names_the_moment_recording_resumes(tmp_path, caplog)
     import logging
 
     from slowdown.analysis.config import loads
-    from slowdown.probe.lockfile import utc
-    from slowdown.probe.service import Service
+    from slowdown.probe.daemon.service import Service
+    from slowdown.probe.locks.lock_file import utc
 
     text = (f'database = "{tmp_path}/slowdown.db"\nhost = "n1"\n[[target]]\nname = "t"\n'
             f'path = "{tmp_path}/t"\n')
     service = Service(loads(text, tmp_path / "slowdown.toml"))
     service.scheduler.add_job(lambda: None, "interval", seconds=1, id="tick")
     service.scheduler.add_job(lambda: None, "cron", second=0, id="flush")
-    caplog.set_level(logging.WARNING, logger="slowdown.probe.service")
+    caplog.set_level(logging.WARNING, logger="slowdown.probe.daemon.service")
     service._clock_offset += 2 * HOUR  # the clock ran two hours ahead, and steps back
     service._check_clock()
     furthest = service.recorder.floor

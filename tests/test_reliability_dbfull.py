@@ -16,7 +16,7 @@ import numpy as np
 
 from slowdown.analysis.histogram import Histogram
 from slowdown.analysis.store.records import NodeContext
-from slowdown.probe.recorder import Recorder
+from slowdown.probe.runtime.recorder import Recorder
 from tests.datakit import fill as fill_database
 from tests.datakit import lognormal
 from tests.reliabilitykit import offset_env, offset_to, snapshot
@@ -73,7 +73,7 @@ def _said(procs, pattern: re.Pattern) -> list[tuple[list, object]]:
     return found
 
 def test_the_buffer_keeps_at_least_an_hour_bounded_and_writes_it_once(caplog):
-    caplog.set_level(logging.INFO, logger="slowdown.probe.recorder")
+    caplog.set_level(logging.INFO, logger="slowdown.probe.runtime.recorder")
     recorder = Recorder("n1", database="/var/lib/slowdown/slowdown.db")
     assert recorder.max_buffered_minutes >= 60
     store = FlakyStore()

@@ -35,7 +35,7 @@ from slowdown.analysis.cli.main import main as read_main
 from slowdown.analysis.config import ConfigError, loads
 from slowdown.analysis.store import schema
 from slowdown.analysis.units import parse_duration
-from slowdown.probe.cli import main as probe_main
+from slowdown.probe.command.main import main as probe_main
 from tests.datakit import fill, lognormal
 from tests.reliabilitykit import sha256
 from tests.servicekit import TargetSpec, write_config
@@ -145,13 +145,13 @@ def test_a_damaged_database_is_named_and_never_changed(tmp_path, good_database, 
     target = TargetSpec("t", tmp_path / "target", data_size="4MiB", pool_files=20, pool_dirs=2)
     target.path.mkdir()
     config = write_config(tmp_path / "slowdown.toml", db, [target])
-    assert _cli("slowdown.probe.cli", "--config", str(config), "prepare",
+    assert _cli("slowdown.probe.command.main", "--config", str(config), "prepare",
                 "--no-progress").returncode == 0
     # No minute boundary inside the run: a flush before the first results holds only node
     # context, which lands in undamaged pages and is written (the only write this file sees).
     if time.time() % 60 > 50:
         time.sleep(61 - time.time() % 60)
-    done = _cli("slowdown.probe.cli", "--config", str(config), "run", "--duration", "3s")
+    done = _cli("slowdown.probe.command.main", "--config", str(config), "run", "--duration", "3s")
     expected = 1 if kind == "garbage-pages" else 2
     assert done.returncode == expected, (done.returncode, done.stderr)
     assert str(db) in done.stderr and "Traceback" not in done.stderr, done.stderr
@@ -224,7 +224,7 @@ def test_every_configuration_mistake_through_every_command(tmp_path):
             check(_errors(result.stderr, path), path, key, line, args)
 
     def service(path: Path) -> subprocess.CompletedProcess:  # a process of its own: it logs
-        return _cli("slowdown.probe.cli", "--config", str(path), "run", "--duration", "1s",
+        return _cli("slowdown.probe.command.main", "--config", str(path), "run", "--duration", "1s",
                     env=env)
 
     with ThreadPoolExecutor(2) as pool:

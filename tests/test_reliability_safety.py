@@ -38,7 +38,7 @@ def tree(root: Path) -> dict[str, tuple[int, str]]:
 
 def probe(config: Path, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "slowdown.probe.cli", "--config", str(config), *args],
+        [sys.executable, "-m", "slowdown.probe.command.main", "--config", str(config), *args],
         capture_output=True, text=True, timeout=120, env={**os.environ, **(env or {})})
 
 

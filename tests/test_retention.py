@@ -16,7 +16,7 @@ from slowdown.analysis.histogram import Histogram
 from slowdown.analysis.store import Store
 from slowdown.analysis.store.records import HOUR, NODE_FIELDS, NodeContext, Record
 from slowdown.analysis.store.retention import KEPT_FROM
-from slowdown.probe.service import Service
+from slowdown.probe.daemon.service import Service
 from tests.cli_runner import runner
 from tests.datakit import utc
 

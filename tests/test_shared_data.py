@@ -26,20 +26,21 @@ from click.testing import CliRunner
 from slowdown.analysis.config import DataSize, Target
 from slowdown.analysis.units import format_size
 from slowdown.analysis.words import OPS
-from slowdown.probe import shared as shared_module
-from slowdown.probe.claim import STALE_AFTER, Claim, ClaimLost, Holder, try_claim
-from slowdown.probe.cleanup import cleanup
-from slowdown.probe.cli import main as probe_main
-from slowdown.probe.data_probe import DIRECT, FADVISE
-from slowdown.probe.datafile import STAMP_MAGIC
-from slowdown.probe.footprint import footprint
-from slowdown.probe.lockfile import boot_id
-from slowdown.probe.manifest import read_manifest, read_shared_manifest, write_manifest
-from slowdown.probe.shared_cleanup import cleanup_shared
-from slowdown.probe.worker import Probes
-from slowdown.probe.workspace import Workspace, prepare
-from slowdown.probe.workspace_cli import cleanup_command, prepare_command
-from slowdown.probe.workspace_errors import ForeignWorkspaceError, WorkspaceError
+from slowdown.probe.command.main import main as probe_main
+from slowdown.probe.command.workspace_commands import cleanup_command, prepare_command
+from slowdown.probe.layout.errors import ForeignWorkspaceError, WorkspaceError
+from slowdown.probe.layout.manifest import read_manifest, read_shared_manifest, write_manifest
+from slowdown.probe.locks.lock_file import boot_id
+from slowdown.probe.locks.shared_claim import STALE_AFTER, Claim, ClaimLost, try_claim
+from slowdown.probe.locks.shared_claim import ClaimHolder as Holder
+from slowdown.probe.probes.data import DIRECT, FADVISE
+from slowdown.probe.probes.worker import Probes
+from slowdown.probe.workspaces import shared_data as shared_module
+from slowdown.probe.workspaces.cleanup import cleanup
+from slowdown.probe.workspaces.data_file import STAMP_MAGIC
+from slowdown.probe.workspaces.footprint import footprint
+from slowdown.probe.workspaces.prepare import Workspace, prepare
+from slowdown.probe.workspaces.shared_cleanup import cleanup_shared
 from tests.faultfs.realfs import ext4_image, ramfs
 from tests.servicekit import records, start_service, wait_service
 from tests.test_workspace import kill_when
@@ -182,7 +183,7 @@ def test_two_services_with_their_own_host_names_share_the_data_file(tmp_path: Pa
                 pool_dirs = 2
             """))
         target_path.mkdir()
-        done = [subprocess.run([sys.executable, "-m", "slowdown.probe.cli", "--config",
+        done = [subprocess.run([sys.executable, "-m", "slowdown.probe.command.main", "--config",
                                 str(configs[h]), "prepare", "--no-progress"],
                                capture_output=True, text=True, timeout=60) for h in HOSTS]
         assert [d.returncode for d in done] == [0, 0], [d.stderr for d in done]
@@ -216,8 +217,8 @@ def spawn_prepare(target: Target, host: str, *, go: Path | None = None,
         import json, os, time
         from pathlib import Path
         from slowdown.analysis.config import DataSize, Target
-        from slowdown.probe import shared
-        from slowdown.probe.workspace import prepare
+        from slowdown.probe.workspaces import shared_data as shared
+        from slowdown.probe.workspaces.prepare import prepare
         shared.WAIT_POLL = 0.05
         target = Target(name="t", path=Path({str(target.path)!r}),
                         data_size=DataSize(bytes={target.data_size.bytes}),

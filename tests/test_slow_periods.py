@@ -19,8 +19,8 @@ from hypothesis import strategies as st
 from slowdown.analysis.store import Store
 from slowdown.analysis.store.records import minute_of
 from slowdown.analysis.words import OPS
-from slowdown.probe.recorder import Recorder
-from slowdown.probe.runner import InFlight, TargetRunner
+from slowdown.probe.runtime.recorder import Recorder
+from slowdown.probe.runtime.runner import InFlight, TargetRunner
 
 T0 = 1_795_000_000 // 3600 * 3600
 

@@ -1,4 +1,5 @@
-"""The service's stop signals: a SIGTERM that comes at any instant stops it (stop_signals.py)."""
+"""The service's stop signals: a SIGTERM that comes at any instant stops it
+(runtime/stop_signals.py)."""
 
 from __future__ import annotations
 
@@ -9,14 +10,14 @@ import textwrap
 import threading
 import time
 
-from slowdown.probe.stop_signals import StopSignals
+from slowdown.probe.runtime.stop_signals import StopSignals
 
 # A SIGTERM delivered while the main thread holds the stop event's lock, as it does for an
 # instant inside the event's own wait: a handler that set the event there waited for that lock
 # for ever (the service logged "signal 15: stopping" and never exited).
 WHILE_THE_LOCK_IS_HELD = textwrap.dedent("""
     import logging, os, signal, threading
-    from slowdown.probe.stop_signals import StopSignals
+    from slowdown.probe.runtime.stop_signals import StopSignals
 
     logging.basicConfig(level=logging.INFO)
     event = threading.Event()

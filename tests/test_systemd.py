@@ -27,9 +27,9 @@ import psutil
 import pytest
 from click.testing import CliRunner
 
-from slowdown.probe import dropin
-from slowdown.probe.cli import ProbeContext
-from slowdown.probe.dropin import systemd_dropin, unit_path
+from slowdown.probe.command import systemd_dropin as dropin
+from slowdown.probe.command.main import ProbeContext
+from slowdown.probe.command.systemd_dropin import systemd_dropin, unit_path
 from tests.faultfs import FaultFS
 from tests.servicekit import (
     NotifySocket,
@@ -95,7 +95,8 @@ def install_units(directory: Path) -> Path:
     if program is None:
         stand_in = directory / "bin" / "slowdown-probe"
         stand_in.parent.mkdir()
-        stand_in.write_text(f"#!{sys.executable}\nfrom slowdown.probe.cli import main\nmain()\n")
+        stand_in.write_text(f"#!{sys.executable}\n"
+                            "from slowdown.probe.command.main import main\nmain()\n")
         stand_in.chmod(0o755)
         program = str(stand_in)
     for unit in UNITS:
@@ -426,12 +427,13 @@ def test_prepare_and_run_in_a_sandbox_like_the_units(tmp_path, monkeypatch):
                 print(exc.errno)
         """))
     assert probe.stdout.split() == ["13", "1", "97", "30"], probe.stdout + probe.stderr
-    done = sandboxed(for_prepare, "-m", "slowdown.probe.cli", "--config", str(config),
+    done = sandboxed(for_prepare, "-m", "slowdown.probe.command.main", "--config", str(config),
                      "prepare", "--no-progress")
     assert done.returncode == 0, done.stderr
     service = subprocess.Popen(
-        [sys.executable, "-c", SANDBOX, "-m", "slowdown.probe.cli", "--config", str(config),
-         "run", "--duration", "6s"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        [sys.executable, "-c", SANDBOX, "-m", "slowdown.probe.command.main", "--config",
+         str(config), "run", "--duration", "6s"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True,
         env={**os.environ, **sandbox_env(for_service)})
     try:
         page = wait_for(lambda: scrape(port), 15, what="the metrics endpoint")

@@ -1,6 +1,7 @@
-"""The metrics as a ``.prom`` file for node_exporter's textfile collector (probe/textfile.py):
-written by the real service, parsed by prometheus_client's parser and served by a real
-node_exporter; a foreign file, a read-only directory and leftovers of a killed writer."""
+"""The metrics as a ``.prom`` file for node_exporter's textfile collector
+(probe/exporters/textfile.py): written by the real service, parsed by prometheus_client's
+parser and served by a real node_exporter; a foreign file, a read-only directory and
+leftovers of a killed writer."""
 
 from __future__ import annotations
 
@@ -17,13 +18,13 @@ import pytest
 from prometheus_client import CollectorRegistry, Gauge
 from prometheus_client.parser import text_string_to_metric_families
 
-from slowdown.probe.publish import published_by
-from slowdown.probe.textfile import TextfileWriter, temp_path
+from slowdown.probe.exporters.publish import published_by
+from slowdown.probe.exporters.textfile import TextfileWriter, temp_path
 from tests.faultfs.realfs import run, tmpfs
 from tests.fixtures_fs import require_root
 from tests.servicekit import TargetSpec, start_service, wait_for, wait_service, write_config
 
-# A host whose publishing phase within a minute is 0.24 s (exports.py): its first copy comes
+# A host whose publishing phase within a minute is 0.24 s (exporters/jobs.py): its first copy comes
 # 5.24 s after the start.
 HOST = "pubnode90"
 
@@ -137,7 +138,7 @@ def test_a_prom_file_the_service_did_not_write_is_never_replaced(tmp_path, caplo
     other_host = tmp_path / "other.prom"
     TextfileWriter(other_host, registry("n2"), "n2").write()
     before = theirs.read_text(), other_host.read_text()
-    with caplog.at_level(logging.INFO, logger="slowdown.probe.textfile"):
+    with caplog.at_level(logging.INFO, logger="slowdown.probe.exporters.textfile"):
         assert not TextfileWriter(theirs, registry(), HOST).write()
         assert not TextfileWriter(other_host, registry(), HOST).write()
     assert (theirs.read_text(), other_host.read_text()) == before
@@ -179,13 +180,13 @@ def test_a_read_only_directory_is_said_once_with_its_errno_and_the_file_stays(tm
         before = path.read_text()
         run(["mount", "-o", "remount,ro", str(mount.path)])
         try:
-            with caplog.at_level(logging.INFO, logger="slowdown.probe.textfile"):
+            with caplog.at_level(logging.INFO, logger="slowdown.probe.exporters.textfile"):
                 assert not writer.write()
                 assert not writer.write()
         finally:
             run(["mount", "-o", "remount,rw", str(mount.path)])
         assert path.read_text() == before
-        with caplog.at_level(logging.INFO, logger="slowdown.probe.textfile"):
+        with caplog.at_level(logging.INFO, logger="slowdown.probe.exporters.textfile"):
             assert writer.write()
         assert sorted(os.listdir(mount.path)) == ["slowdown.prom"]  # no temporary left
     said = [(r.levelno, r.getMessage()) for r in caplog.records]
@@ -241,7 +242,7 @@ def test_a_full_directory_is_said_with_its_errno_and_the_file_stays(small_tmpfs,
     with open(filler, "wb", buffering=0) as f, contextlib.suppress(OSError):
         while True:
             f.write(b"\0" * 4096)
-    with caplog.at_level(logging.ERROR, logger="slowdown.probe.textfile"):
+    with caplog.at_level(logging.ERROR, logger="slowdown.probe.exporters.textfile"):
         assert not writer.write()
     errors = [r.getMessage() for r in caplog.records]
     assert len(errors) == 1 and "(ENOSPC)" in errors[0] and str(path) in errors[0], errors

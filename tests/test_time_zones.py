@@ -19,7 +19,7 @@ from slowdown.analysis.histogram import Histogram
 from slowdown.analysis.stats.baseline import load, month_start
 from slowdown.analysis.store import Store
 from slowdown.analysis.store.records import Record
-from slowdown.probe.service import Service
+from slowdown.probe.daemon.service import Service
 from tests.datakit import fill, lognormal, utc
 
 BERLIN = {**os.environ, "TZ": "Europe/Berlin"}

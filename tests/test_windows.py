@@ -22,7 +22,7 @@ from slowdown.analysis.stats.window import estimate
 from slowdown.analysis.store import Selection, Store, aggregate
 from slowdown.analysis.store.records import HOUR, MINUTE, Record
 from slowdown.analysis.view.reader import Reader
-from slowdown.probe.service import Service
+from slowdown.probe.daemon.service import Service
 from tests.datakit import utc
 
 DAY = utc(2026, 11, 2)

@@ -15,9 +15,9 @@ import pytest
 
 from slowdown.analysis.config import DataSize, Target
 from slowdown.analysis.words import OPS
-from slowdown.probe.worker import HOLD_ANSWERS
-from slowdown.probe.worker_position import Position, Progress
-from slowdown.probe.workspace import Workspace, prepare
+from slowdown.probe.probes.worker import HOLD_ANSWERS
+from slowdown.probe.probes.worker_position import Position, Progress
+from slowdown.probe.workspaces.prepare import Workspace, prepare
 from tests.faultfs import FaultFS
 
 MIB = 1 << 20
@@ -47,7 +47,8 @@ class Worker:
     def __init__(self, ws: Path) -> None:
         self.progress, fd = Progress.create()
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "slowdown.probe.worker", str(ws), "--progress-fd", str(fd)],
+            [sys.executable, "-m", "slowdown.probe.probes.worker", str(ws), "--progress-fd",
+             str(fd)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, pass_fds=(fd,))
         os.close(fd)
 

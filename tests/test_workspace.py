@@ -23,20 +23,20 @@ from click.testing import CliRunner
 from rich.console import Console
 
 from slowdown.analysis.config import DataSize, Target
-from slowdown.probe.cleanup import cleanup
-from slowdown.probe.datafile import STAMP_MAGIC
-from slowdown.probe.manifest import read_manifest, write_manifest
-from slowdown.probe.md_probe import MdProbe
-from slowdown.probe.pathsafety import check_target_path
-from slowdown.probe.worker import Probes
-from slowdown.probe.workspace import Workspace, prepare
-from slowdown.probe.workspace_cli import cleanup_command, prepare_command
-from slowdown.probe.workspace_errors import (
+from slowdown.probe.command.workspace_commands import cleanup_command, prepare_command
+from slowdown.probe.layout.errors import (
     ForeignWorkspaceError,
     NoSpaceError,
     UnsafePathError,
     WorkspaceError,
 )
+from slowdown.probe.layout.manifest import read_manifest, write_manifest
+from slowdown.probe.layout.path_safety import check_target_path
+from slowdown.probe.probes.md import MdProbe
+from slowdown.probe.probes.worker import Probes
+from slowdown.probe.workspaces.cleanup import cleanup
+from slowdown.probe.workspaces.data_file import STAMP_MAGIC
+from slowdown.probe.workspaces.prepare import Workspace, prepare
 from tests.faultfs.realfs import ext4_image, tmpfs
 
 HOST = "node-a"
@@ -212,7 +212,7 @@ def spawn_prepare(target: Target) -> subprocess.Popen:
     code = textwrap.dedent(f"""
         from pathlib import Path
         from slowdown.analysis.config import DataSize, Target
-        from slowdown.probe.workspace import prepare
+        from slowdown.probe.workspaces.prepare import prepare
         target = Target(name="t", path=Path({str(target.path)!r}),
                         data_size=DataSize(bytes={target.data_size.bytes}),
                         pool_files={target.pool_files}, pool_dirs={target.pool_dirs},

@@ -16,7 +16,7 @@ from slowdown.analysis.config.model import Config
 from slowdown.analysis.units import format_duration, format_size
 
 SHORT_INTERVAL = 0.1  # seconds: below, the probe loads what it measures (and skips ticks)
-# What one tick of one target asks of its filesystem (probe/worker.py: the six ops in turn):
+# What one tick of one target asks of its filesystem (probe/probes/worker.py: the six ops in turn):
 # a 1 MiB read and a 1 MiB write, and four metadata ops (stat, read, delete, create).
 TICK_BYTES = 2 << 20
 TICK_MD_OPS = 4

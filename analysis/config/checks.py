@@ -283,7 +283,7 @@ class _Checker(_AlertChecks):
                              textfile_every=every)
 
     def publish(self, data: Mapping[str, Any]) -> PublishConfig | None:
-        """[publish]: copies of the database for cluster views (probe/publish.py)."""
+        """[publish]: copies of the database for cluster views (probe/exporters/publish.py)."""
         table = self.table(data, "publish", ())
         if table is None:
             return None

@@ -33,7 +33,7 @@ SYSTEM_CONFIG_PATH = Path("/etc/slowdown/slowdown.toml")
 
 # Never a target: the root, system directories, pseudo filesystems. What needs the filesystem
 # to tell (a symlink on the way, a home directory under another name, a workspace of another
-# user) is refused by prepare and by the service's workers (probe/pathsafety.py).
+# user) is refused by prepare and by the service's workers (probe/layout/path_safety.py).
 SYSTEM_DIRS = frozenset({
     "/", "/bin", "/boot", "/dev", "/etc", "/home", "/lib", "/lib32", "/lib64", "/opt",
     "/proc", "/root", "/run", "/sbin", "/srv", "/sys", "/tmp", "/usr", "/var",

@@ -10,7 +10,7 @@ state table (a published copy, a later look); the metrics count the flush as fai
 the minutes pending. When records land again, the episode is kept, from when to when and
 why, so that a reader of the window it fell in is told (``EPISODES`` of them).
 
-The service keeps it (``probe/service.py``); readers take it back with ``Landing.of``.
+The service keeps it (``probe/daemon/service.py``); readers take it back with ``Landing.of``.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ log = logging.getLogger(__name__)
 
 EPISODES = 5  # ended episodes kept for readers
 STATE_KEY = "landing"  # where the database's state table keeps it
-PROBES = "probes"  # the state key of each target's free space and last errors (live_file.py)
+PROBES = "probes"  # the state key of each target's free space and last errors (live state)
 
 
 @dataclass

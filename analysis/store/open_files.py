@@ -94,9 +94,9 @@ def read_only_uri(path: Path) -> str:
     database is opened ``immutable``. The path is quoted: ``#`` and ``?`` are URI syntax.
 
     A rollback-journal database is a copy published to a shared directory
-    (``probe/publish.py``: slowdown's own writer always uses WAL), which is never changed in
-    place, only replaced by a rename: it is opened ``immutable`` too, unless a hot journal
-    beside it says a writer of some other kind was interrupted. That takes no lock, so it
+    (``probe/exporters/publish.py``: slowdown's own writer always uses WAL), which is never
+    changed in place, only replaced by a rename: it is opened ``immutable`` too, unless a hot
+    journal beside it says a writer of some other kind was interrupted. That takes no lock, so it
     reads on a network filesystem whose locks do not work (Lustre without ``flock``), and a
     reader that has it open keeps reading the whole file it opened while a newer copy
     replaces it.

@@ -36,7 +36,8 @@ _RECORD_COLUMNS = """
 # quantiles of each record's histogram, and its counts per bucket at the coarse scale
 # BUCKETS_SCALE as JSON ``{"index": count}``. Values at or below 2**-20 s (about 1 us) count
 # in bucket BUCKETS_LOWEST, values above 2**10 s (about 17 min) in BUCKETS_HIGHEST, so the
-# buckets line up with the Prometheus endpoint's (probe/metrics.py: the same edges at scale 1).
+# buckets line up with the Prometheus endpoint's (probe/exporters/metrics.py: the same edges
+# at scale 1).
 BUCKETS_SCALE = 2
 BUCKETS_LOWEST = -81
 BUCKETS_HIGHEST = 40

@@ -57,8 +57,9 @@ def _set_wal(conn: sqlite3.Connection, timeout: float) -> None:
 
 
 def _refuse_copy(conn: sqlite3.Connection, path: Path) -> None:
-    """A copy published to a shared directory (probe/publish.py) is read, never written: what
-    was written into it would be lost at the next publish, and it would become WAL there."""
+    """A copy published to a shared directory (probe/exporters/publish.py) is read, never
+    written: what was written into it would be lost at the next publish, and it would become
+    WAL there."""
     try:
         row = conn.execute("SELECT value FROM state WHERE key = 'published'").fetchone()
     except sqlite3.OperationalError:  # a new file, or one from before the state table

@@ -132,7 +132,7 @@ class ServiceState:
     landing: Landing | None = None  # whether its records reach the file (store/landing.py)
     pending: int | None = None  # minutes its running service keeps in memory
     # Per target: its filesystem's free space ("space") and each op's last error ("errors"),
-    # as the live state or the file's state says (probe/live_file.py, ``probes_state``).
+    # as the live state or the file's state says (store/live.py, ``probes_state``).
     probes: dict = field(default_factory=dict)
 
     def json(self, now: float) -> dict:
@@ -196,7 +196,7 @@ def fresh(live: dict | None, now: float) -> bool:
 
 def first_numbers_at(live: dict) -> float:
     """When a new service's first minute records are written: the service flushes every
-    ended minute at the start of the next (probe/service.py, ``second=0``), so the first
+    ended minute at the start of the next (probe/daemon/service.py, ``second=0``), so the first
     records come at the first minute boundary after the first tick."""
     started = float(live.get("started") or live.get("updated") or 0)
     interval = float(live.get("interval") or 1.0)
@@ -219,7 +219,7 @@ def _newest(store: Store, target: str) -> int | None:
 
 
 def _published(store: Store) -> dict | None:
-    """The mark of a copy published to a shared directory (probe/publish.py), or None."""
+    """The mark of a copy published to a shared directory (probe/exporters/publish.py), or None."""
     mark = _state(store, "published")
     return mark if isinstance(mark, dict) else None
 
@@ -235,7 +235,7 @@ def _state(store: Store | None, key: str) -> object:
 
 
 def _probes(live: dict) -> dict:
-    """``probes_state`` of a live state (probe/live_file.py)."""
+    """``probes_state`` of a live state (store/live.py)."""
     return {t: {"space": info.get("space"),
                 "errors": {op: v for op, v in (info.get("last") or {}).items()
                            if isinstance(v, dict) and "err" in v}}

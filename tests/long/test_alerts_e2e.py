@@ -41,14 +41,15 @@ THROTTLE_BPS = 4 << 20  # 4 MiB/s: a 1 MiB O_DIRECT read or write takes ~250 ms
 HEALTHY_MINUTES = 3
 TOKEN = "e2e-token-0123"
 
-# Until probe/service.py calls ServiceAlerts itself, the service is started through this
+# Until probe/daemon/service.py calls ServiceAlerts itself, the service is started through this
 # launcher, which adds exactly the calls the service is to make (docs/ALERTS.md, "In the
 # service"). Once the service has them, the plain `slowdown-probe run` is used.
 LAUNCHER = """
 import sys, time
 from slowdown.analysis.alerts import ServiceAlerts
 from slowdown.analysis.store import Store
-from slowdown.probe import cli, service
+from slowdown.probe.command import main as cli
+from slowdown.probe.daemon import service
 
 _flush, _shutdown = service.Service.flush, service.Service.shutdown
 
@@ -76,7 +77,7 @@ sys.exit(cli.main())
 
 
 def service_is_wired() -> bool:
-    from slowdown.probe import service
+    from slowdown.probe.daemon import service
 
     return "ServiceAlerts" in inspect.getsource(service)
 
@@ -113,7 +114,7 @@ def loop_device(image: Path) -> str:
 
 def start(config: Path, cgroup: Cgroup, env: dict[str, str], log: Path) -> subprocess.Popen:
     if service_is_wired():
-        argv = [sys.executable, "-m", "slowdown.probe.cli", "--config", str(config), "run"]
+        argv = [sys.executable, "-m", "slowdown.probe.command.main", "--config", str(config), "run"]
     else:
         argv = [sys.executable, "-c", LAUNCHER, "--config", str(config), "run"]
     with open(log, "a") as out:

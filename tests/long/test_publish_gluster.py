@@ -25,7 +25,7 @@ SECONDS = 90  # of publishing and reading side by side
 PUBLISHER = """
 import sys, time
 from pathlib import Path
-from slowdown.probe.publish import PublishError, publish
+from slowdown.probe.exporters.publish import PublishError, publish
 database, directory = Path(sys.argv[1]), Path(sys.argv[2])
 host, seconds = sys.argv[3], float(sys.argv[4])
 directory.mkdir(exist_ok=True)

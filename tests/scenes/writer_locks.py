@@ -32,7 +32,7 @@ def hook(event, args):
         log.write(f"{os.getpid()} {os.fsdecode(args[0])}\n")
 sys.addaudithook(hook)
 sys.argv = ["slowdown-probe", *sys.argv[2:]]
-from slowdown.probe.cli import main
+from slowdown.probe.command.main import main
 sys.exit(main())
 """
 
