@@ -1,7 +1,9 @@
 """A file written whole or not at all: its data in a new file beside it, synced, then renamed
 onto it. A reader (or a crash) sees the old file or the new one, never a part: the one way
-analysis writes a file that others read (import-fio's output, the report and its images, the
-start state beside a database)."""
+slowdown writes a file that others read (import-fio's output, the report and its images, the
+start state beside a database; in a workspace, its MANIFEST, the md status file and a shared
+file's claim, whose new file has a fixed name the MANIFEST lists, so cleanup can remove one
+left by a kill)."""
 
 from __future__ import annotations
 
@@ -10,6 +12,19 @@ from collections.abc import Sequence
 from pathlib import Path
 
 _TRIES = 100
+_NEW = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def _write(temp: Path, data: bytes, flags: int, mode: int, sync: bool) -> None:
+    fd = os.open(temp, flags, mode)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        if sync:
+            os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def temp_beside(path: Path, data: bytes, mode: int = 0o666) -> Path:
@@ -17,36 +32,37 @@ def temp_beside(path: Path, data: bytes, mode: int = 0o666) -> Path:
     synced to the disk. Its mode is ``mode`` less the umask, as an ordinary new file; it is
     made with ``O_EXCL | O_NOFOLLOW``, so it never writes through a link planted there."""
     path = Path(path)
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
     for _ in range(_TRIES):
         temp = path.with_name(f".{path.name}.{os.urandom(4).hex()}.tmp")
         try:
-            fd = os.open(temp, flags, mode)
+            _write(temp, data, _NEW | os.O_EXCL, mode, sync=True)
         except FileExistsError:
             continue
-        break
-    else:  # pragma: no cover (a hundred names taken at random, all there)
-        raise FileExistsError(f"{path}: no free temporary name beside it")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-    except BaseException:
-        temp.unlink(missing_ok=True)
-        raise
-    return temp
+        except BaseException:
+            temp.unlink(missing_ok=True)
+            raise
+        return temp
+    raise FileExistsError(f"{path}: no free temporary name beside it")  # pragma: no cover
 
 
-def replace_whole(path: Path, data: bytes, mode: int = 0o666) -> None:
+def replace_whole(path: Path, data: bytes, mode: int = 0o666, *, temp: Path | None = None,
+                  sync: bool = True) -> None:
     """Write ``data`` to ``path`` whole or not at all: the old file (if any) stays until the
-    new one is complete and synced, then the rename replaces it."""
-    temp = temp_beside(path, data, mode)
-    try:
-        os.replace(temp, path)
-    except BaseException:
-        temp.unlink(missing_ok=True)
-        raise
+    new one is complete (and synced, unless ``sync`` is false), then the rename replaces it.
+
+    ``temp``: a fixed name for the new file (one a workspace's MANIFEST lists), truncated if
+    a kill left it there; never followed if it is a link. Without it, a name taken at random
+    (``temp_beside``)."""
+    if temp is None:
+        temp = temp_beside(path, data, mode)
+        try:
+            os.replace(temp, path)
+        except BaseException:
+            temp.unlink(missing_ok=True)
+            raise
+        return
+    _write(temp, data, _NEW | os.O_TRUNC, mode, sync)
+    os.replace(temp, path)
 
 
 class NotWritten(Exception):

@@ -62,7 +62,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, TypeVar
 
-from slowdown.probe.layout.atomic_write import atomic_write
+from slowdown.analysis.atomic_write import replace_whole
 from slowdown.probe.layout.errors import ForeignWorkspaceError
 from slowdown.probe.layout.names import (
     BLOCK_SIZE,
@@ -73,6 +73,7 @@ from slowdown.probe.layout.names import (
     STATE_FILES,
     WRITE_NAME,
     tmp_name,
+    tmp_path,
 )
 
 FORMAT = "slowdown-workspace"
@@ -286,7 +287,8 @@ def read_manifest(workspace: Path, *, dir_fd: int | None = None) -> Manifest | N
 
 
 def write_manifest(workspace: Path, manifest: Manifest) -> None:
-    atomic_write(workspace / MANIFEST_NAME, manifest.dumps())
+    replace_whole(workspace / MANIFEST_NAME, manifest.dumps(), 0o644,
+                  temp=tmp_path(workspace / MANIFEST_NAME))
 
 
 # --- the shared data file's MANIFEST -----------------------------------------------------
@@ -364,7 +366,8 @@ def read_shared_manifest(directory: Path, *, dir_fd: int | None = None
 
 
 def write_shared_manifest(directory: Path, manifest: SharedManifest) -> None:
-    atomic_write(directory / MANIFEST_NAME, manifest.dumps())
+    replace_whole(directory / MANIFEST_NAME, manifest.dumps(), 0o644,
+                  temp=tmp_path(directory / MANIFEST_NAME))
 
 
 def _relative_ok(p: str) -> bool:

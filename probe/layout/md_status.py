@@ -12,8 +12,9 @@ import re
 from pathlib import Path
 from typing import NamedTuple
 
-from slowdown.probe.layout.atomic_write import atomic_write
+from slowdown.analysis.atomic_write import replace_whole
 from slowdown.probe.layout.manifest import ManifestError
+from slowdown.probe.layout.names import tmp_path
 
 _POS_RE = re.compile(rb"\A\s*pos:\s*([+-]?\d+)")
 _STEP_RE = re.compile(rb"^slowdown-step:\s*(\d+)\s*$", re.MULTILINE)
@@ -82,4 +83,4 @@ def read_status(path: Path, dirs: int) -> int | None:
 
 def write_status(path: Path, step: int, dirs: int, *, pos: int | None = None,
                  fsync: bool = True) -> None:
-    atomic_write(path, format_status(step, dirs, pos), fsync=fsync)
+    replace_whole(path, format_status(step, dirs, pos), 0o644, temp=tmp_path(path), sync=fsync)

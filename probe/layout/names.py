@@ -3,6 +3,8 @@ prepare makes, the probes open, the service locks and cleanup removes is named h
 
 from __future__ import annotations
 
+from pathlib import Path
+
 MANIFEST_NAME = "MANIFEST"
 DATA_NAME = "data.bin"
 WRITE_NAME = "write.bin"  # the node's write file beside a shared data file
@@ -16,6 +18,11 @@ BLOCK_SIZE = 1 << 20
 def tmp_name(name: str) -> str:
     """The fixed temporary name used while `name` is replaced atomically."""
     return name + ".tmp"
+
+
+def tmp_path(path: Path) -> Path:
+    """The fixed temporary file beside ``path`` while it is replaced whole."""
+    return path.with_name(tmp_name(path.name))
 
 
 LOCK_NAME = "service.lock"  # held by the service probing the workspace (locks/workspace_lock.py)

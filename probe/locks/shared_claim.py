@@ -27,9 +27,10 @@ from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
 
+from slowdown.analysis.atomic_write import replace_whole
 from slowdown.analysis.machine import boot_id
-from slowdown.probe.layout.atomic_write import atomic_write
 from slowdown.probe.layout.errors import WorkspaceError
+from slowdown.probe.layout.names import tmp_path
 
 STALE_AFTER = 300.0  # seconds without a beat before another host may take a claim over
 BEAT_EVERY = 5.0  # seconds between two beats of a holder
@@ -146,7 +147,7 @@ def try_claim(path: Path, host: str) -> Claim | ClaimHolder:
             return holder
         # Stale (or gone meanwhile): replace it whole, then see whose it is.
         with suppress(FileNotFoundError):  # another takeover renamed the same temporary file
-            atomic_write(path, _content(host, token))
+            replace_whole(path, _content(host, token), 0o644, temp=tmp_path(path))
         now = holder_of(path)
         if now is None:
             return try_claim(path, host)
