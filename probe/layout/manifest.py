@@ -128,6 +128,27 @@ def _common(obj: dict, data_obj: dict, where: str) -> dict[str, Any]:
     }
 
 
+def _common_json(manifest: Manifest | SharedManifest, form: str, version: int
+                 ) -> dict[str, Any]:
+    """The head every MANIFEST begins with, in its order (``_common`` reads it back)."""
+    return {
+        "format": form,
+        "version": version,
+        "host": manifest.host,
+        "target": manifest.target,
+        "uid": manifest.uid,
+        "created": manifest.created,
+        "completed": manifest.completed,
+        "complete": manifest.complete,
+        "parents": list(manifest.parents),
+    }
+
+
+def _dumps(obj: dict[str, Any]) -> bytes:
+    """A MANIFEST's bytes as every version writes them: indented JSON, one final newline."""
+    return (json.dumps(obj, indent=2) + "\n").encode()
+
+
 def _json_of(data: bytes, where: str, form: str, what: str) -> dict:
     """A MANIFEST's JSON object, or ManifestError: not JSON, or not ``what`` (its format)."""
     try:
@@ -220,15 +241,8 @@ class Manifest:
         if self.data_file == "shared":
             data["read"] = SHARED_READ
         return {
-            "format": FORMAT,
-            "version": SHARED_VERSION if self.data_file == "shared" else VERSION,
-            "host": self.host,
-            "target": self.target,
-            "uid": self.uid,
-            "created": self.created,
-            "completed": self.completed,
-            "complete": self.complete,
-            "parents": list(self.parents),
+            **_common_json(self, FORMAT,
+                           SHARED_VERSION if self.data_file == "shared" else VERSION),
             "workspace_adopted": self.workspace_adopted,
             "data": data,
             "pool": self.pool.to_json(),
@@ -236,7 +250,7 @@ class Manifest:
         }
 
     def dumps(self) -> bytes:
-        return (json.dumps(self.to_json(), indent=2) + "\n").encode()
+        return _dumps(self.to_json())
 
     @classmethod
     def loads(cls, data: bytes, where: str) -> Manifest:
@@ -327,22 +341,14 @@ class SharedManifest:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "format": SHARED_FORMAT,
-            "version": SHARED_FORMAT_VERSION,
-            "host": self.host,
-            "target": self.target,
-            "uid": self.uid,
-            "created": self.created,
-            "completed": self.completed,
-            "complete": self.complete,
-            "parents": list(self.parents),
+            **_common_json(self, SHARED_FORMAT, SHARED_FORMAT_VERSION),
             "dir_existed": self.dir_existed,
             "data": {"file": DATA_NAME, "size": self.data_size, "block_size": self.block_size},
             "state_files": list(SHARED_STATE_FILES),
         }
 
     def dumps(self) -> bytes:
-        return (json.dumps(self.to_json(), indent=2) + "\n").encode()
+        return _dumps(self.to_json())
 
     @classmethod
     def loads(cls, data: bytes, where: str) -> SharedManifest:
