@@ -13,7 +13,6 @@ import click
 from slowdown.analysis.cli import read_setup as cli
 from slowdown.analysis.cli.options import read_options
 from slowdown.analysis.store import Selection, Store
-from slowdown.analysis.store.records import minute_of
 
 
 @click.command("history")
@@ -32,11 +31,7 @@ from slowdown.analysis.store.records import minute_of
 def history(ctx, dbs, targets, hosts, ops, at, since, until, every, statistics, fmt, jobs):
     """Percentiles and slowdown over time, one row per step, target and op (CSV or JSON)."""
     reader = cli.open_reader(ctx, dbs, targets, hosts, ops, at)
-    start = minute_of(cli.parse_time_option(since, reader.now, "--since"))
-    end = minute_of(cli.parse_time_option(until, reader.now, "--until"))
-    if start >= end:
-        raise click.BadParameter("must be at least a minute before --until", param_hint="--since")
-    cli.check_kept(reader, start, end, "--since")
+    start, end = cli.minute_range(reader, since, until)
     step = cli.parse_duration_option(every, "--every")
     if step < 60 or step % 60:
         raise click.BadParameter("must be whole minutes", param_hint="--every")

@@ -12,6 +12,7 @@ import click
 from slowdown.analysis.config import Config, ConfigError, load
 from slowdown.analysis.stats.window import quantile_of
 from slowdown.analysis.store import StoreError
+from slowdown.analysis.store.records import minute_of
 from slowdown.analysis.units import format_clock, parse_duration, parse_time
 from slowdown.analysis.view import reader as view
 from slowdown.analysis.view.reader import Reader
@@ -123,6 +124,17 @@ def check_kept(reader: Reader, start: float, end: float, flag: str) -> None:
     click.echo(f"note: {files}: {said}; {flag} begins before", err=True)
 
 
+def minute_range(reader: Reader, since: str | None, until: str | None) -> tuple[int, int]:
+    """``--since``/``--until`` as the whole minutes ``[start, end)`` a command reads over
+    time: at least one minute, and not wholly before what the files keep (``check_kept``)."""
+    start = minute_of(parse_time_option(since, reader.now, "--since"))
+    end = minute_of(parse_time_option(until, reader.now, "--until"))
+    if start >= end:
+        raise click.BadParameter("must be at least a minute before --until", param_hint="--since")
+    check_kept(reader, start, end, "--since")
+    return start, end
+
+
 def load_config_or_exit(path: Path | None) -> Config:
     try:
         return load(path)
@@ -132,6 +144,6 @@ def load_config_or_exit(path: Path | None) -> Config:
         raise click.exceptions.Exit(EXIT_USAGE) from None
 
 
-__all__ = ["EXIT_USAGE", "NotLanding", "check_kept", "load_config_or_exit", "open_reader",
-           "parse_duration_option", "parse_fraction_option", "parse_statistic_option",
-           "parse_time_option"]
+__all__ = ["EXIT_USAGE", "NotLanding", "check_kept", "load_config_or_exit", "minute_range",
+           "open_reader", "parse_duration_option", "parse_fraction_option",
+           "parse_statistic_option", "parse_time_option"]

@@ -11,7 +11,7 @@ from slowdown.analysis.atomic_write import NotWritten, replace_all
 from slowdown.analysis.cli import read_setup as cli
 from slowdown.analysis.cli.options import read_options
 from slowdown.analysis.cli.provision import parse_provision_options, provision_options
-from slowdown.analysis.store.records import MINUTE, minute_of
+from slowdown.analysis.store.records import MINUTE
 
 
 def _writable_dir(path: Path, flag: str) -> None:
@@ -52,11 +52,7 @@ def report(ctx, dbs, targets, hosts, ops, at, since, until, output, statistics, 
     """One self-contained HTML file per range: slowdown timeline with node context and
     events, latency percentiles, heat maps and "X or better" curves per op."""
     reader = cli.open_reader(ctx, dbs, targets, hosts, ops, at)
-    start = minute_of(cli.parse_time_option(since, reader.now, "--since"))
-    end = minute_of(cli.parse_time_option(until, reader.now, "--until"))
-    if start >= end:
-        raise click.BadParameter("must be at least a minute before --until", param_hint="--since")
-    cli.check_kept(reader, start, end, "--since")
+    start, end = cli.minute_range(reader, since, until)
     stats = [cli.parse_statistic_option(s) for s in statistics] or list(reader.config.statistics)
     spans = []
     for text in windows:
