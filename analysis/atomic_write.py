@@ -15,12 +15,17 @@ _TRIES = 100
 _NEW = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
+def write_all(fd: int, data: bytes) -> None:
+    """Every byte of ``data`` to ``fd``: one write may take only part of it."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
 def _write(temp: Path, data: bytes, flags: int, mode: int, sync: bool) -> None:
     fd = os.open(temp, flags, mode)
     try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
+        write_all(fd, data)
         if sync:
             os.fsync(fd)
     finally:
@@ -90,4 +95,4 @@ def replace_all(files: Sequence[tuple[Path, bytes]]) -> None:
             temp.unlink(missing_ok=True)
 
 
-__all__ = ["NotWritten", "replace_all", "replace_whole", "temp_beside"]
+__all__ = ["NotWritten", "replace_all", "replace_whole", "temp_beside", "write_all"]

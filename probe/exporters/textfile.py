@@ -28,6 +28,7 @@ from pathlib import Path
 
 from prometheus_client import CollectorRegistry, generate_latest
 
+from slowdown.analysis.atomic_write import write_all
 from slowdown.probe.locks.lock_file import alive
 
 log = logging.getLogger(__name__)
@@ -108,9 +109,7 @@ class TextfileWriter:
                      0o644)
         try:
             try:
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(fd, view):]
+                write_all(fd, data)
             finally:
                 os.close(fd)
             os.rename(temp, self.path)

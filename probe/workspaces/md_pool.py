@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from slowdown.analysis.atomic_write import write_all
 from slowdown.probe.layout.errors import WorkspaceError
 from slowdown.probe.layout.md_content import object_content
 from slowdown.probe.layout.md_pool_layout import PoolLayout, object_index
@@ -75,9 +76,7 @@ def fill_pool(layout: PoolLayout, window: range, have: list[set[int]],
                 path = layout.object_path(d, i)
                 fd = os.open(path, flags, 0o644)
                 try:
-                    view = memoryview(payload)
-                    while view:
-                        view = view[os.write(fd, view):]
+                    write_all(fd, payload)
                 finally:
                     os.close(fd)
                 created += 1
