@@ -100,6 +100,24 @@ def unlink_listed(dir_fd: int, names: tuple[str, ...], report: Any) -> None:
             report.strays.append(name)
 
 
+def unlink_manifest_if_alone(dir_fd: int, report: Any) -> bool:
+    """Unlink the MANIFEST once nothing but it is left in its directory; else name what is
+    left in ``report.strays`` and keep it (``report.manifest_kept``), so that cleanup can be
+    run again once the strays are gone. Whether it went."""
+    with os.scandir(dir_fd) as it:
+        remaining = sorted(e.name for e in it if e.name != MANIFEST_NAME)
+    for name in remaining:
+        if not any(s == name or s.startswith(name + "/") for s in report.strays):
+            report.strays.append(name)
+    report.strays = sorted(set(report.strays))
+    if report.strays:
+        report.manifest_kept = True
+        return False
+    os.unlink(MANIFEST_NAME, dir_fd=dir_fd)
+    report.removed_files += 1
+    return True
+
+
 def remove_parents(root: Path, root_fd: int, parents: list[str] | tuple[str, ...]) -> int:
     """Remove, innermost first, the directories a MANIFEST says prepare created above a
     workspace (``.slowdown``, and ``.``: the target directory itself) if they are empty now;
@@ -183,17 +201,8 @@ def cleanup(target: Target, host: str) -> CleanupReport:
         _cleanup_pool(ws_fd, manifest.pool, report)
         state_files = (*probe_state_files(), *WORKSPACE_FILES)  # what the probes wrote too
         unlink_listed(ws_fd, (manifest.data_name, *state_files), report)  # data/write.bin
-        with os.scandir(ws_fd) as it:
-            remaining = sorted(e.name for e in it if e.name != MANIFEST_NAME)
-        for name in remaining:
-            if not any(s == name or s.startswith(name + "/") for s in report.strays):
-                report.strays.append(name)
-        report.strays = sorted(set(report.strays))
-        if report.strays:
-            report.manifest_kept = True
+        if not unlink_manifest_if_alone(ws_fd, report):
             return report
-        os.unlink(MANIFEST_NAME, dir_fd=ws_fd)
-        report.removed_files += 1
         os.close(fds.pop())
         if _rmdir_at(sd_fd, host):
             report.removed_dirs += 1

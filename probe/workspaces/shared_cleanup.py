@@ -29,7 +29,7 @@ from slowdown.probe.layout.manifest import (
     read_ours,
     read_shared_manifest,
 )
-from slowdown.probe.layout.names import DATA_NAME, MANIFEST_NAME, SHARED_DIR
+from slowdown.probe.layout.names import DATA_NAME, SHARED_DIR
 from slowdown.probe.layout.path_safety import check_host, require_ours
 from slowdown.probe.locks.shared_claim import ClaimHolder, try_claim
 from slowdown.probe.workspaces.cleanup import (
@@ -39,6 +39,7 @@ from slowdown.probe.workspaces.cleanup import (
     normal_root,
     remove_parents,
     unlink_listed,
+    unlink_manifest_if_alone,
 )
 from slowdown.probe.workspaces.prepare import SLOWDOWN_DIR
 from slowdown.probe.workspaces.shared_data import CLAIM_NAME
@@ -114,14 +115,8 @@ def cleanup_shared(target: Target, host: str) -> SharedCleanupReport:
                     f"{', '.join(users[:5])}{more}: run cleanup on those nodes first (for a "
                     "node that is gone, with its name as host in a configuration)")
             unlink_listed(shared_fd, (DATA_NAME, *SHARED_STATE_FILES), report)
-            with os.scandir(shared_fd) as it:
-                report.strays = sorted(set(report.strays) | {
-                    e.name for e in it if e.name != MANIFEST_NAME})
-            if report.strays:
-                report.manifest_kept = True
+            if not unlink_manifest_if_alone(shared_fd, report):
                 return report
-            os.unlink(MANIFEST_NAME, dir_fd=shared_fd)
-            report.removed_files += 1
         finally:
             got.release()
         os.close(fds.pop())
