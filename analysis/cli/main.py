@@ -16,7 +16,7 @@ from pathlib import Path
 import click
 
 from slowdown.analysis.cli.options import PERCENT_RULE, read_options
-from slowdown.analysis.config.files import one_config
+from slowdown.analysis.config.files import add_config_after, check_config_after, one_config
 
 # No command calls a BLAS routine, yet numpy's bundled OpenBLAS starts a thread per core when
 # it is imported: CPU for nothing, and on a small node in the way of import-fio's parsers.
@@ -46,12 +46,7 @@ def accept_config_after(command: click.Command) -> None:
     """Give a subcommand a ``--config`` of its own (``slowdown check --config X`` means
     ``slowdown --config X check``); the same file named on both sides is fine, two files are
     a usage error."""
-    if any(isinstance(p, click.Option) and "--config" in p.opts for p in command.params):
-        return
-    command.params.append(click.Option(
-        ["--config", "config_after"], type=click.Path(path_type=Path), multiple=True,
-        expose_value=False, is_eager=True, callback=_config_after, metavar="FILE",
-        help="Configuration file (the same as --config before the command)."))
+    add_config_after(command, _config_after)
 
 
 def _config_after(ctx: click.Context, _param: click.Parameter,
@@ -60,10 +55,7 @@ def _config_after(ctx: click.Context, _param: click.Parameter,
     if value is None:
         return
     obj = ctx.ensure_object(dict)
-    before = obj.get("config_path")
-    if before is not None and os.path.abspath(before) != os.path.abspath(value):
-        raise click.UsageError(f"--config names two files: {before} before the command and "
-                               f"{value} after it; give one", ctx=ctx)
+    check_config_after(ctx, obj.get("config_path"), value)
     obj["config_path"] = value
     obj["config"] = _config_loader(value)
 

@@ -13,6 +13,7 @@ import re
 import sys
 from collections.abc import Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING, Callable
 
 from slowdown.analysis.config.checks import validate
 from slowdown.analysis.config.defaults import (
@@ -22,6 +23,9 @@ from slowdown.analysis.config.defaults import (
 )
 from slowdown.analysis.config.errors import ConfigError
 from slowdown.analysis.config.model import Config
+
+if TYPE_CHECKING:
+    import click
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -135,3 +139,29 @@ def one_config(values: tuple[Path, ...]) -> Path | None:
                                f"{next(v for v in values if os.path.abspath(v) != files[0])}; "
                                "give one")
     return values[0] if values else None
+
+
+def add_config_after(command: click.Command,
+                     callback: Callable[[click.Context, click.Parameter, tuple[Path, ...]],
+                                        None]) -> None:
+    """Give ``command`` a ``--config`` of its own, read by ``callback``, unless it has one:
+    ``slowdown check --config X`` means ``slowdown --config X check`` (and so for
+    ``slowdown-probe``)."""
+    import click
+
+    if any(isinstance(p, click.Option) and "--config" in p.opts for p in command.params):
+        return
+    command.params.append(click.Option(
+        ["--config", "config_after"], type=click.Path(path_type=Path), multiple=True,
+        expose_value=False, is_eager=True, callback=callback, metavar="FILE",
+        help="Configuration file (the same as --config before the command)."))
+
+
+def check_config_after(ctx: click.Context, before: Path | None, after: Path) -> None:
+    """The file ``--config`` names after the command may be the group's (``before``) again,
+    not another one: a usage error naming both."""
+    import click
+
+    if before is not None and os.path.abspath(before) != os.path.abspath(after):
+        raise click.UsageError(f"--config names two files: {before} before the command and "
+                               f"{after} after it; give one", ctx=ctx)

@@ -30,7 +30,7 @@ from slowdown.analysis.config import (
     load_config,
 )
 from slowdown.analysis.config import default_config as _default_config
-from slowdown.analysis.config.files import one_config
+from slowdown.analysis.config.files import add_config_after, check_config_after, one_config
 from slowdown.analysis.units import format_duration, format_size, parse_duration
 from slowdown.probe.command.systemd_dropin import systemd_dropin
 from slowdown.probe.command.workspace_commands import cleanup_command, prepare_command
@@ -90,12 +90,8 @@ class ConfigGroup(click.Group):
 
     def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
         command = super().get_command(ctx, name)
-        if command is not None and not any(
-                isinstance(p, click.Option) and "--config" in p.opts for p in command.params):
-            command.params.append(click.Option(
-                ["--config", "config_after"], type=click.Path(path_type=Path), multiple=True,
-                expose_value=False, is_eager=True, callback=_config_after, metavar="FILE",
-                help="Configuration file (the same as --config before the command)."))
+        if command is not None:
+            add_config_after(command, _config_after)
         return command
 
 
@@ -106,10 +102,7 @@ def _config_after(ctx: click.Context, _param: click.Parameter,
     if value is None:
         return
     probe = ctx.ensure_object(ProbeContext)
-    before = probe.config_path
-    if before is not None and os.path.abspath(before) != os.path.abspath(value):
-        raise click.UsageError(f"--config names two files: {before} before the command and "
-                               f"{value} after it; give one", ctx=ctx)
+    check_config_after(ctx, probe.config_path, value)
     probe.config_path, probe._config = value, None
 
 
