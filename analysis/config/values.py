@@ -13,7 +13,7 @@ import os
 import re
 from collections.abc import Mapping, Sequence
 from datetime import date, datetime, time
-from typing import Callable
+from typing import Any, Callable, TypeVar
 from urllib.parse import urlsplit
 
 from slowdown.analysis.config.defaults import _home
@@ -31,6 +31,9 @@ _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _HOSTNAME = re.compile(
     r"[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?)*"
 )
+
+
+_Parsed = TypeVar("_Parsed")
 
 
 class _Invalid(Exception):
@@ -102,13 +105,22 @@ def _as_number(value: object) -> float:
     return float(value)
 
 
-def _as_duration(value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
-        raise _Invalid(f"expected a duration like {DURATION_EXAMPLE}; got {_describe(value)}")
+def _parsed(value: object, types: tuple[type, ...], like: str,
+            parse: Callable[[Any], _Parsed]) -> _Parsed:
+    """``parse(value)`` of a value written as one of ``types`` (never a bool, which is an
+    int to Python but not to TOML), "expected <like>" otherwise; its ValueError, said as
+    it is."""
+    if isinstance(value, bool) or not isinstance(value, types):
+        raise _Invalid(f"expected {like}; got {_describe(value)}")
     try:
-        return parse_duration(value)
+        return parse(value)
     except ValueError as error:
         raise _Invalid(str(error)) from None
+
+
+def _as_duration(value: object) -> float:
+    return _parsed(value, (str, int, float), f"a duration like {DURATION_EXAMPLE}",
+                   parse_duration)
 
 
 def _as_zone(value: object) -> str:
@@ -143,21 +155,11 @@ def _positive_duration(value: object) -> float:
 
 
 def _as_size(value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, (str, int)):
-        raise _Invalid(f"expected a size like 3901 or 4KiB; got {_describe(value)}")
-    try:
-        return parse_size(value)
-    except ValueError as error:
-        raise _Invalid(str(error)) from None
+    return _parsed(value, (str, int), "a size like 3901 or 4KiB", parse_size)
 
 
 def _as_data_size(value: object) -> DataSize:
-    if isinstance(value, bool) or not isinstance(value, (str, int)):
-        raise _Invalid(f"expected a size like 256GiB or 4xRAM; got {_describe(value)}")
-    try:
-        return DataSize.parse(value)
-    except ValueError as error:
-        raise _Invalid(str(error)) from None
+    return _parsed(value, (str, int), "a size like 256GiB or 4xRAM", DataSize.parse)
 
 
 def _as_statistic(value: object) -> str:
