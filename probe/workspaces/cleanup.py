@@ -118,6 +118,19 @@ def unlink_manifest_if_alone(dir_fd: int, report: Any) -> bool:
     return True
 
 
+def remove_emptied(fds: list[int], name: str | None, root: Path,
+                   parents: list[str] | tuple[str, ...]) -> int:
+    """Once its MANIFEST went: close the emptied directory (the last of ``fds``, after the
+    target's and ``.slowdown``'s), remove it (``name`` in ``.slowdown``; None where it was
+    there before prepare, so it stays), then the ``parents`` prepare made; how many went."""
+    os.close(fds.pop())
+    root_fd, sd_fd = fds
+    removed = 0
+    if name is not None and _rmdir_at(sd_fd, name):
+        removed += 1
+    return removed + remove_parents(root, root_fd, parents)
+
+
 def remove_parents(root: Path, root_fd: int, parents: list[str] | tuple[str, ...]) -> int:
     """Remove, innermost first, the directories a MANIFEST says prepare created above a
     workspace (``.slowdown``, and ``.``: the target directory itself) if they are empty now;
@@ -203,10 +216,7 @@ def cleanup(target: Target, host: str) -> CleanupReport:
         unlink_listed(ws_fd, (manifest.data_name, *state_files), report)  # data/write.bin
         if not unlink_manifest_if_alone(ws_fd, report):
             return report
-        os.close(fds.pop())
-        if _rmdir_at(sd_fd, host):
-            report.removed_dirs += 1
-        report.removed_dirs += remove_parents(root, root_fd, manifest.parents)
+        report.removed_dirs += remove_emptied(fds, host, root, manifest.parents)
         return report
     finally:
         for fd in fds:

@@ -35,9 +35,8 @@ from slowdown.probe.locks.shared_claim import ClaimHolder, try_claim
 from slowdown.probe.workspaces.cleanup import (
     _open_dir_at,
     _open_dir_path,
-    _rmdir_at,
     normal_root,
-    remove_parents,
+    remove_emptied,
     unlink_listed,
     unlink_manifest_if_alone,
 )
@@ -97,7 +96,7 @@ def cleanup_shared(target: Target, host: str) -> SharedCleanupReport:
         except FileNotFoundError:
             report.existed = False
             return report
-        root_fd, sd_fd, shared_fd = fds
+        _, sd_fd, shared_fd = fds
         require_ours(shared, os.fstat(shared_fd))
         manifest = read_ours(read_shared_manifest, shared, dir_fd=shared_fd)
         if manifest is None:
@@ -119,10 +118,8 @@ def cleanup_shared(target: Target, host: str) -> SharedCleanupReport:
                 return report
         finally:
             got.release()
-        os.close(fds.pop())
-        if not manifest.dir_existed and _rmdir_at(sd_fd, SHARED_DIR):
-            report.removed_dirs += 1
-        report.removed_dirs += remove_parents(root, root_fd, manifest.parents)
+        report.removed_dirs += remove_emptied(
+            fds, None if manifest.dir_existed else SHARED_DIR, root, manifest.parents)
         return report
     finally:
         for fd in fds:
