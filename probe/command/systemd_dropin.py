@@ -25,7 +25,6 @@ from __future__ import annotations
 import os
 import pwd
 import shlex
-import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,6 +32,7 @@ from typing import Any
 
 import click
 
+from slowdown.analysis.atomic_write import temp_beside
 from slowdown.analysis.config import (
     SYSTEM_CONFIG_PATH,
     Config,
@@ -205,18 +205,15 @@ def build(config: Config, *, prepare: bool = False) -> Dropin:
 
 
 def write_atomically(path: Path, text: str) -> None:
-    """Replace ``path`` whole (its directory made if missing): never a half-written drop-in."""
+    """Replace ``path`` whole (its directory made if missing): never a half-written drop-in,
+    and readable by systemd whatever the umask (0644)."""
     path.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    temp = temp_beside(path, text.encode())
     try:
-        with os.fdopen(fd, "w") as out:
-            out.write(text)
-            out.flush()
-            os.fsync(out.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
+        os.chmod(temp, 0o644)
+        os.replace(temp, path)
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        temp.unlink(missing_ok=True)
         raise
 
 
