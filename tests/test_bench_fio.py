@@ -1,6 +1,6 @@
 """bench/bench_fio.py still runs: import-fio and Debian's fiologparser_hist.py side by side,
 their outputs checked to agree before a figure is printed. Needs fio and pandas (see
-tests/fio_requirements.txt)."""
+tests/kit/fio_requirements.txt)."""
 
 from __future__ import annotations
 

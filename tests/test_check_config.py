@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from slowdown.probe.cli import main
-from tests.cli_runner import runner
+from tests.kit.cli_runner import runner
 
 
 def write(path: Path, text: str) -> Path:

@@ -29,13 +29,12 @@ from slowdown.analysis.fio.percentiles import bin_stats, exact_stats
 from slowdown.analysis.fio.sources import host_of, open_sources
 from slowdown.analysis.fio.textblocks import RawBlock, TextBlocks
 from slowdown.analysis.store import Selection, Store
-from tests.cli_runner import runner
+from tests.kit.cli_runner import runner
+from tests.kit.fiologs import NS, write_hist, write_lat
 
 SAMPLES = Path(__file__).resolve().parents[2] / "shared" / "data" / "fio"
 HIST = sorted(SAMPLES.glob("h_clat_hist.*.log"))
 COARSE = SAMPLES / "coarse3" / "h_clat_hist.1.log"
-NS = Layout(29)
-
 
 
 def run(*args: object, code: int = 0):
@@ -51,25 +50,6 @@ def table(text: str) -> list[dict[str, str]]:
 def file_counts(path: Path) -> np.ndarray:
     """(lines, 3 + bins) of a histogram log, read the slow, obvious way."""
     return np.array([[int(x) for x in line.split(",")] for line in path.read_text().splitlines()])
-
-
-def write_hist(path: Path, lines, layout: Layout = NS) -> Path:
-    """A histogram log in fio's format from (time, ddir, {bin: count}) lines."""
-    with open(path, "w") as f:
-        for time, ddir, counts in lines:
-            row = np.zeros(layout.bins, dtype=np.int64)
-            for index, count in counts.items():
-                row[index] = count
-            f.write(f"{time}, {ddir}, 4096, " + ", ".join(map(str, row.tolist())) + "\n")
-    return path
-
-
-def write_lat(path: Path, rows, extra: str = ", 4096, 0") -> Path:
-    """A latency log in fio's format from (time, value, ddir) rows."""
-    with open(path, "w") as f:
-        for time, value, ddir in rows:
-            f.write(f"{time}, {value}, {ddir}{extra}\n")
-    return path
 
 
 # -- fio's bins ---------------------------------------------------------------------------------

@@ -13,7 +13,7 @@ every 100 ms, one job at ``--log_hist_coarseness=3``, and raw latency logs) feed
   the same run within the bin width, and so do those read back from the database.
 
 Needs root (the loop mount), fio and pandas (fiologparser_hist.py imports it): see
-tests/fio_requirements.txt. The whole module takes about 20 seconds.
+tests/kit/fio_requirements.txt. The whole module takes about 20 seconds.
 """
 
 from __future__ import annotations
@@ -36,9 +36,9 @@ import pytest
 from slowdown.analysis.cli.import_fio import import_fio
 from slowdown.analysis.fio.layout import Layout
 from slowdown.analysis.store import Selection, Store
-from tests.cli_runner import runner
-from tests.faultfs.realfs import ext4_image
-from tests.fixtures_fs import require_root
+from tests.kit.cli_runner import runner
+from tests.kit.faultfs.realfs import ext4_image
+from tests.kit.fixtures_fs import require_root
 
 SAMPLES = Path(__file__).resolve().parents[2] / "shared" / "data" / "fio"
 FIOLOGPARSER = Path("/usr/share/doc/fio/fiologparser_hist.py.gz")
@@ -61,7 +61,8 @@ def rows(text: str) -> list[dict[str, str]]:
 def fio(tmp_path_factory) -> SimpleNamespace:
     """One fio run: h_clat_hist.{1..4}.log (job 4 at coarseness 3), l_clat.{1..4}.log."""
     require_root("the fio run (a loop-mounted ext4 for O_DIRECT)")
-    assert shutil.which("fio"), "fio is missing: apt-get install fio (tests/fio_requirements.txt)"
+    assert shutil.which("fio"), \
+        "fio is missing: apt-get install fio (tests/kit/fio_requirements.txt)"
     base = tmp_path_factory.mktemp("fio")
     logs = base / "logs"
     logs.mkdir()

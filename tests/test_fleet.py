@@ -22,7 +22,7 @@ from slowdown.analysis.stats import baseline
 from slowdown.analysis.stats.baseline import BaselineBook
 from slowdown.analysis.store import Store
 from slowdown.analysis.store.records import Record
-from tests.datakit import fill, lognormal, utc
+from testdata.datakit import fill, lognormal, utc
 
 NOV = utc(2026, 11, 1)
 HOUR = 3600

@@ -1,8 +1,8 @@
 """One writer per database, one service per workspace, and databases kept off shared filesystems.
 
-The real service runs as a subprocess (tests/servicekit.py). A lock "on another host" is a
+The real service runs as a subprocess (tests/kit/servicekit.py). A lock "on another host" is a
 helper process that writes a holder naming another machine into the lock file and holds its
-flock; a FUSE mount (tests/faultfs) stands for a network filesystem, as mountinfo names it
+flock; a FUSE mount (tests/kit/faultfs) stands for a network filesystem, as mountinfo names it
 ``fuse.faultfs``.
 """
 
@@ -22,9 +22,9 @@ import pytest
 
 from slowdown.analysis.store.filesystem import filesystem_of, parse_mountinfo
 from slowdown.probe.lockfile import utc
-from tests.faultfs import FaultFS
-from tests.fixtures_fs import require_root
-from tests.servicekit import (
+from tests.kit.faultfs import FaultFS
+from tests.kit.fixtures_fs import require_root
+from tests.kit.servicekit import (
     output,
     probe_cli,
     start_service,

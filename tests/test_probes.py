@@ -25,9 +25,9 @@ from slowdown.probe.manifest import (
 )
 from slowdown.probe.md_probe import MdProbe, PoolLayout
 from slowdown.probe.workspace import Workspace, prepare
-from tests.faultfs.mounts import run
-from tests.faultfs.realfs import ext4_image, ramfs, tmpfs
-from tests.iorkit import md_workbench
+from tests.kit.faultfs.mounts import run
+from tests.kit.faultfs.realfs import ext4_image, ramfs, tmpfs
+from tests.kit.iorkit import md_workbench
 
 HOST = "node-a"
 MIB = 1 << 20

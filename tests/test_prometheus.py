@@ -19,8 +19,7 @@ import pytest
 from slowdown.analysis.histogram import mapping_for, rank
 from slowdown.analysis.store import Selection, Store, aggregate
 from slowdown.probe.metrics import EXPORT_SCALE, bucket_bounds
-from tests.servicekit import output, probe_cli, start_service, stop_service, wait_for
-from tests.test_grafana import (
+from tests.kit.grafanakit import (
     FLEET,
     grafana_reader,
     interpolate,
@@ -30,7 +29,8 @@ from tests.test_grafana import (
     run,
     run_node_dashboard,
 )
-from tests.test_metrics import config_text, free_port
+from tests.kit.metricskit import config_text, free_port
+from tests.kit.servicekit import output, probe_cli, start_service, stop_service, wait_for
 
 ROOT = Path(__file__).resolve().parents[1]
 RULES = ROOT / "prometheus" / "slowdown.rules.yml"

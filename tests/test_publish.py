@@ -27,11 +27,11 @@ from slowdown.probe.cli import describe_config
 from slowdown.probe.cli import main as probe_main
 from slowdown.probe.exports import PublishJob
 from slowdown.probe.publish import PublishError, publish, published_by, temp_path
-from tests.cli_runner import runner
-from tests.datakit import fill, lognormal
-from tests.faultfs.realfs import run, tmpfs
-from tests.fixtures_fs import require_root
-from tests.servicekit import wait_for
+from testdata.datakit import fill, lognormal
+from tests.kit.cli_runner import runner
+from tests.kit.faultfs.realfs import run, tmpfs
+from tests.kit.fixtures_fs import require_root
+from tests.kit.servicekit import wait_for
 
 HOST = "n1"
 

@@ -29,7 +29,7 @@ from slowdown.analysis.report.provision import estimate, per_node_figures
 from slowdown.analysis.stats import baseline
 from slowdown.analysis.store import Selection, Store
 from slowdown.analysis.store.records import NodeContext, Record
-from tests.datakit import OPS, fill, lognormal, utc
+from testdata.datakit import OPS, fill, lognormal, utc
 
 CHROMIUM = "/usr/bin/chromium"
 NOV = utc(2026, 11, 1)

@@ -40,9 +40,9 @@ from slowdown.probe.worker import Probes
 from slowdown.probe.workspace import Workspace, prepare
 from slowdown.probe.workspace_cli import cleanup_command, prepare_command
 from slowdown.probe.workspace_errors import ForeignWorkspaceError, WorkspaceError
-from tests.faultfs.realfs import ext4_image, ramfs
-from tests.servicekit import records, start_service, wait_service
-from tests.test_workspace import kill_when
+from tests.kit.faultfs.realfs import ext4_image, ramfs
+from tests.kit.servicekit import records, start_service, wait_service
+from tests.kit.workspacekit import kill_when
 
 MIB = 1 << 20
 HOSTS = ("node-a", "node-b")

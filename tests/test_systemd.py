@@ -30,8 +30,8 @@ from click.testing import CliRunner
 from slowdown.probe import dropin
 from slowdown.probe.cli import ProbeContext
 from slowdown.probe.dropin import systemd_dropin, unit_path
-from tests.faultfs import FaultFS
-from tests.servicekit import (
+from tests.kit.faultfs import FaultFS
+from tests.kit.servicekit import (
     NotifySocket,
     TargetSpec,
     live,

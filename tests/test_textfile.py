@@ -19,9 +19,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from slowdown.probe.publish import published_by
 from slowdown.probe.textfile import TextfileWriter, temp_path
-from tests.faultfs.realfs import run, tmpfs
-from tests.fixtures_fs import require_root
-from tests.servicekit import TargetSpec, start_service, wait_for, wait_service, write_config
+from tests.kit.faultfs.realfs import run, tmpfs
+from tests.kit.fixtures_fs import require_root
+from tests.kit.servicekit import TargetSpec, start_service, wait_for, wait_service, write_config
 
 # A host whose publishing phase within a minute is 0.24 s (exports.py): its first copy comes
 # 5.24 s after the start.

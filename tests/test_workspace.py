@@ -8,12 +8,11 @@ from __future__ import annotations
 import io
 import json
 import os
-import signal
 import subprocess
 import sys
 import textwrap
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -37,7 +36,8 @@ from slowdown.probe.workspace_errors import (
     UnsafePathError,
     WorkspaceError,
 )
-from tests.faultfs.realfs import ext4_image, tmpfs
+from tests.kit.faultfs.realfs import ext4_image, tmpfs
+from tests.kit.workspacekit import kill_when
 
 HOST = "node-a"
 MIB = 1 << 20
@@ -221,18 +221,6 @@ def spawn_prepare(target: Target) -> subprocess.Popen:
     """)
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
     return subprocess.Popen([sys.executable, "-c", code], env=env)
-
-
-def kill_when(proc: subprocess.Popen, ready: Callable[[], bool], timeout: float = 20) -> None:
-    deadline = time.monotonic() + timeout
-    try:
-        while not ready():
-            assert proc.poll() is None, "prepare finished before it could be interrupted"
-            assert time.monotonic() < deadline, "prepare made no progress"
-            time.sleep(0.001)
-    finally:
-        proc.send_signal(signal.SIGKILL)
-        proc.wait()
 
 
 def size_of(path: Path) -> int:

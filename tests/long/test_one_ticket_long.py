@@ -29,10 +29,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.faultfs import FaultFS
-from tests.fixtures_fs import require_root
-from tests.servicekit import probe_cli, start_service, stop_service, wait_for
-from tests.test_alertmanager import (
+from tests.kit.alertmanagerkit import (
     RULES,
     Receiver,
     alertmanager_argv,
@@ -41,7 +38,10 @@ from tests.test_alertmanager import (
     start,
     stop,
 )
-from tests.test_metrics import config_text, free_port
+from tests.kit.faultfs import FaultFS
+from tests.kit.fixtures_fs import require_root
+from tests.kit.metricskit import config_text, free_port
+from tests.kit.servicekit import probe_cli, start_service, stop_service, wait_for
 
 HOSTS = ("node1", "node2", "node3")
 HEALTHY_MINUTES = 3

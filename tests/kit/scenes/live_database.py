@@ -37,7 +37,7 @@ import time
 from pathlib import Path
 
 from slowdown.analysis.words import OPS
-from tests.servicekit import probe_cli, start_service, stop_service
+from tests.kit.servicekit import probe_cli, start_service, stop_service
 
 HOST = "testhost"
 

@@ -5,9 +5,10 @@ from __future__ import annotations
 import os
 import re
 import subprocess
+import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def ior_bin() -> Path:
@@ -40,3 +41,15 @@ def md_workbench(ws: Path, dirs: int, per_dir: int, size: int, iterations: int,
     if done.returncode != 0 or not counts:
         raise AssertionError(f"md-workbench failed ({done.returncode}): {out}")
     return sum(int(n) for n in counts), out
+
+
+def sleep_until(t: float) -> None:
+    time.sleep(max(0.0, t - time.time()))
+
+
+def mdtest_hard(seconds: int) -> list[str]:
+    """IO500's mdtest-hard write phase: 3,901-byte files in one shared directory, stopped
+    after ``seconds`` (stonewall)."""
+    return ["mpiexec", "--allow-run-as-root", "--oversubscribe", "-np", "2",
+            str(ior_bin() / "mdtest"), "-n", "1000000", "-t", "-w", "3901", "-e", "3901",
+            "-P", "-N", "1", "-F", "-d", "load/mdt_hard", "-C", "-W", str(seconds)]

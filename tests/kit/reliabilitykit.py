@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.faultfs.mounts import mount_fstype, run, wait_unmounted
+from tests.kit.faultfs.mounts import mount_fstype, run, wait_unmounted
 
 SITE = Path(__file__).with_name("faketime_site")  # time.sleep without clock_nanosleep
 LIBFAKETIME_GLOBS = ("/usr/lib/*/faketime/libfaketimeMT.so.1",

@@ -19,9 +19,9 @@ import sys
 import time
 from pathlib import Path
 
-from tests.faultfs import FaultFS
-from tests.faultfs.realfs import ext4_image, tmpfs
-from tests.servicekit import (
+from tests.kit.faultfs import FaultFS
+from tests.kit.faultfs.realfs import ext4_image, tmpfs
+from tests.kit.servicekit import (
     TargetSpec,
     probe_cli,
     start_service,

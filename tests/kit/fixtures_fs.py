@@ -1,6 +1,6 @@
 """pytest fixtures for filesystems with faults: a FUSE fault injector, ext4, small tmpfs.
 
-Load with `pytest_plugins = ["tests.fixtures_fs"]` or `from tests.fixtures_fs import *`.
+Load with `pytest_plugins = ["tests.kit.fixtures_fs"]` or `from tests.kit.fixtures_fs import *`.
 They mount, so they need root; without root they fail (never skip): CI runs as root and
 a skipped fault test would hide that the faults were never exercised.
 
@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.faultfs import FaultFS
-from tests.faultfs.realfs import TmpfsMount, ext4_image, tmpfs
+from tests.kit.faultfs import FaultFS
+from tests.kit.faultfs.realfs import TmpfsMount, ext4_image, tmpfs
 
 __all__ = ["ext4_mount", "faultfs", "root_only", "small_tmpfs"]
 

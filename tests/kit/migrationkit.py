@@ -12,9 +12,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench.bench_migrate import build
 from slowdown.analysis.store import schema
-from tests.servicekit import (
+from testdata.migrationdata import build
+from tests.kit.servicekit import (
     NotifySocket,
     TargetSpec,
     output,
@@ -23,7 +23,7 @@ from tests.servicekit import (
     write_config,
 )
 
-UNIT = Path(__file__).resolve().parent.parent / "systemd" / "slowdown-probe.service"
+UNIT = Path(__file__).resolve().parents[2] / "systemd" / "slowdown-probe.service"
 
 
 def start_timeout() -> float:

@@ -18,8 +18,8 @@ from slowdown.analysis.stats.baseline import rebaseline
 from slowdown.analysis.store import Store
 from slowdown.analysis.store.records import Record
 from slowdown.analysis.words import OPS
-from tests.faultfs import FaultFS
-from tests.servicekit import (
+from tests.kit.faultfs import FaultFS
+from tests.kit.servicekit import (
     TargetSpec,
     probe_cli,
     start_service,

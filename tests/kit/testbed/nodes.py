@@ -19,9 +19,9 @@ import threading
 import time
 from pathlib import Path
 
-from tests.testbed.gluster import Ledger, MachineLock, Server, leftovers
+from tests.kit.testbed.gluster import Ledger, MachineLock, Server, leftovers
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 TARGET = "gluster"
 
 
@@ -43,7 +43,7 @@ class NamespaceNode:
         with open(self.log, "ab") as log:
             self.proc = subprocess.Popen(
                 ["unshare", "--uts", "--mount", "--propagation", "private",
-                 sys.executable, "-m", "tests.testbed.nsrun",
+                 sys.executable, "-m", "tests.kit.testbed.nsrun",
                  "--hostname", self.name, "--source", f"{self.bed.server.host}:/"
                  f"{self.bed.server.volume}", "--mount", str(self.mount),
                  "--client-log", str(self.dir / "client.log"), "--ready", str(ready),

@@ -24,7 +24,7 @@ import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tests.faultfs.mounts import mount_fstype, wait_unmounted
+from tests.kit.faultfs.mounts import mount_fstype, wait_unmounted
 
 LOCK_FILE = Path("/run/lock/slowdown-testbed.lock")
 GLUSTERD_VOL = """volume management
@@ -112,7 +112,7 @@ class Ledger:
 
 
 def recovered(base: Path) -> Ledger:
-    """The ledger of a testbed whose process was killed (``python -m tests.testbed.gluster
+    """The ledger of a testbed whose process was killed (``python -m tests.kit.testbed.gluster
     BASE`` cleans up after it): everything named after its prefix, the directory's name."""
     prefix = base.name
     ledger = Ledger(prefix, base, volume=prefix)

@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from tests.iorkit import ior_bin
+from tests.kit.iorkit import ior_bin
 
 # Paths relative to the load node's working directory, the volume's root.
 EASY, HARD = "load/ior_easy", "load/ior_hard"

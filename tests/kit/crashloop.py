@@ -34,8 +34,8 @@ from pathlib import Path
 
 import psutil
 
-from tests.reliabilitykit import offset_env, snapshot
-from tests.servicekit import (
+from tests.kit.reliabilitykit import offset_env, snapshot
+from tests.kit.servicekit import (
     TargetSpec,
     output,
     probe_cli,

@@ -1,5 +1,5 @@
 """One node, run inside its own UTS and mount namespaces (``unshare --uts --mount
---propagation private python -m tests.testbed.nsrun ...``): set the host name, mount the
+--propagation private python -m tests.kit.testbed.nsrun ...``): set the host name, mount the
 volume, run the given commands one after the other, unmount, reap the client.
 
 Why a program of its own: the glusterfs client is a daemon inside the namespace; left mounted
@@ -20,7 +20,7 @@ import subprocess
 import sys
 import time
 
-from tests.faultfs.mounts import mount_fstype
+from tests.kit.faultfs.mounts import mount_fstype
 
 _stop = False
 _child: subprocess.Popen | None = None

@@ -7,7 +7,7 @@
         fs.wait_hung()                    # a client is now blocked in the server
         fs.release()                      # ... and continues
 
-The server (tests/faultfs/server.py) runs in its own process started with
+The server (tests/kit/faultfs/server.py) runs in its own process started with
 subprocess.Popen: never in a pytest thread (libfuse takes over SIGINT and SIGTERM) nor a
 multiprocessing child (one stuck in the kernel keeps the runner from exiting). Faults
 pass through a JSON control file that the driver replaces atomically; the server checks
@@ -40,7 +40,7 @@ SERVER = Path(__file__).with_name("server.py")
 
 def _validate(rules: list[dict[str, Any]]) -> None:
     # Imported here: importing the server module with the package would make
-    # `python -m tests.faultfs.server` warn that it runs an already imported module.
+    # `python -m tests.kit.faultfs.server` warn that it runs an already imported module.
     from .server import parse_rules
 
     parse_rules(rules)
@@ -53,7 +53,7 @@ def _ops(ops: str | list[str]) -> list[str]:
 class FaultFS:
     """A FUSE mount of `backing` on `mountpoint` whose operations can be slowed, failed or hung.
 
-    Rules are dicts as documented in tests/faultfs/server.py; `delay`, `fail` and `hang`
+    Rules are dicts as documented in tests/kit/faultfs/server.py; `delay`, `fail` and `hang`
     add one and return it (pass it to `release` to remove just that one). `ops` is a
     list of operation names (or one name, or "*"); `path` a glob relative to the mount root.
     """
@@ -98,10 +98,10 @@ class FaultFS:
             raise RuntimeError("FaultFS already started")
         if shutil.which("fusermount3") is None:
             raise RuntimeError("fusermount3 not found: apt-get install fuse3 "
-                               "(see tests/faultfs/REQUIREMENTS.txt)")
+                               "(see tests/kit/faultfs/REQUIREMENTS.txt)")
         if importlib.util.find_spec("mfusepy") is None:
             raise RuntimeError("mfusepy not installed: pip install mfusepy "
-                               "(see tests/faultfs/REQUIREMENTS.txt)")
+                               "(see tests/kit/faultfs/REQUIREMENTS.txt)")
         if mount_fstype(self.mountpoint) is not None:
             raise RuntimeError(f"{self.mountpoint} is already a mount point")
         self.backing.mkdir(parents=True, exist_ok=True)

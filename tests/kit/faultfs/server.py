@@ -1,6 +1,6 @@
 """FUSE passthrough filesystem that injects faults, for tests.
 
-    python -m tests.faultfs.server BACKING MOUNTPOINT CONTROLFILE
+    python -m tests.kit.faultfs.server BACKING MOUNTPOINT CONTROLFILE
 
 Every operation on MOUNTPOINT is done on BACKING, after the fault rules in
 CONTROLFILE that match it have been applied. CONTROLFILE is a JSON list of rules:
@@ -337,7 +337,7 @@ class FaultOps:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tests.faultfs.server", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m tests.kit.faultfs.server", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("backing", type=Path)
     parser.add_argument("mountpoint", type=Path)

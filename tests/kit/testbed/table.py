@@ -8,8 +8,8 @@ import math
 from collections.abc import Sequence
 
 from slowdown.analysis.words import DATA_OPS, MD_OPS, OPS
-from tests.testbed.io500 import Phase
-from tests.testbed.results import Minutes
+from tests.kit.testbed.io500 import Phase
+from tests.kit.testbed.results import Minutes
 
 SHOWS, GONE = 2.0, 1.5
 

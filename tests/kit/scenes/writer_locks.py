@@ -21,7 +21,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from tests.servicekit import probe_cli, wait_for
+from tests.kit.servicekit import probe_cli, wait_for
 
 # Runs the service with an audit hook that writes each opened path, with the opening PID.
 HOOKED = r"""
