@@ -30,7 +30,14 @@ from tests.kit.grafanakit import (
     run_node_dashboard,
 )
 from tests.kit.metricskit import config_text, free_port
-from tests.kit.servicekit import output, probe_cli, start_service, stop_service, wait_for
+from tests.kit.servicekit import (
+    output,
+    probe_cli,
+    start_service,
+    stop_service,
+    unclean_stop,
+    wait_for,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 RULES = ROOT / "prometheus" / "slowdown.rules.yml"
@@ -166,10 +173,7 @@ def fleet(tmp_path_factory):
         time.sleep(2)  # a few more scrapes after the flush
         yield f
     finally:
-        for proc in services.values():
-            if proc.poll() is None:
-                with contextlib.suppress(AssertionError):
-                    stop_service(proc)
+        unclean = {host: unclean_stop(proc) for host, proc in services.items()}
         prometheus.terminate()
         try:
             prometheus.wait(15)
@@ -177,6 +181,8 @@ def fleet(tmp_path_factory):
             prometheus.kill()
             prometheus.wait()
         log.close()
+    # The services a test left running stop cleanly on SIGTERM too.
+    assert not any(unclean.values()), unclean
 
 
 def fleet_values() -> dict[str, object]:

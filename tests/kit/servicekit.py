@@ -103,6 +103,19 @@ def stop_service(proc: subprocess.Popen, timeout: float = 15) -> tuple[float, st
     return time.monotonic() - t0, output(proc)
 
 
+def unclean_stop(proc: subprocess.Popen, timeout: float = 15) -> str | None:
+    """Stop a service that still runs, for a test's cleanup: what was wrong with its stop (a
+    hang at exit, then killed; an exit status other than 0), or None for a clean one. The
+    cleanup says it once the rest is cleaned up."""
+    if proc.poll() is not None:
+        return None
+    try:
+        _, out = stop_service(proc, timeout=timeout)
+    except AssertionError as hang:
+        return str(hang)
+    return None if proc.returncode == 0 else f"exit status {proc.returncode}:\n{out}"
+
+
 def live(database: Path) -> dict:
     """The live state (a torn read of the in-place file is read again)."""
     state = read_live(database, tries=20)
