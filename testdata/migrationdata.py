@@ -2,8 +2,9 @@
 ran, for bench/bench_migrate.py and tests/test_migration.py: ``build`` writes days of minute
 records as the service of release 4 wrote them (histograms drawn from a pool of 1,024 per op, so
 that it builds in seconds), ``copy_database`` copies one checkpointed, ``migrate_sql`` runs
-release 5's migration (its statements, then ``UPDATE ... SET`` the ``hist_derived`` SQL function
-per column and record), ``digest`` hashes every row, typed."""
+release 5's migration as frozen in release5-migration5.sql (its statements, ending in ``UPDATE
+... SET`` the ``hist_derived`` SQL function per column and record), ``digest`` hashes every
+row, typed."""
 
 from __future__ import annotations
 
@@ -105,19 +106,33 @@ def connect(path: Path) -> sqlite3.Connection:
     return conn
 
 
+RELEASE5_MIGRATION = Path(__file__).with_name("release5-migration5.sql")
+
+
+def release5_statements() -> list[str]:
+    """The statements of release 5's migration 5, as frozen in release5-migration5.sql."""
+    statements, current = [], ""
+    for line in RELEASE5_MIGRATION.read_text().splitlines(keepends=True):
+        current += line
+        if sqlite3.complete_statement(current):
+            statements.append(current.strip())
+            current = ""
+    assert not current.strip(), "release5-migration5.sql ends inside a statement"
+    return statements
+
+
 def migrate_sql(path: Path) -> float:
-    """Release 5's migration 5 as it ran: its statements, the records updated by the SQL
-    function. Returns the seconds from BEGIN to the end of COMMIT."""
+    """Release 5's migration 5 as it ran: its statements (the records updated by the SQL
+    function), as frozen in release5-migration5.sql. Returns the seconds from BEGIN to the end
+    of COMMIT."""
+    statements = release5_statements()
     conn = connect(path)
     try:
         t0 = time.perf_counter()
         conn.execute("BEGIN IMMEDIATE")
         assert schema.version_of(conn) == 4
-        for statement in schema._statements(schema.MIGRATIONS[4]):
+        for statement in statements:
             conn.execute(statement)
-        for table in ("minutes", "hours"):
-            conn.execute(f"UPDATE {table} SET "
-                         f"{schema.derived_assignments('hist', 'min', 'max')}")
         conn.execute(f"PRAGMA application_id = {schema.APPLICATION_ID}")
         conn.execute("PRAGMA user_version = 5")
         conn.execute("COMMIT")
