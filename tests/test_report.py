@@ -30,6 +30,8 @@ from slowdown.analysis.stats import baseline
 from slowdown.analysis.store import Selection, Store
 from slowdown.analysis.store.records import NodeContext, Record
 from testdata.datakit import OPS, fill, lognormal, utc
+from tests.kit.faultfs.realfs import tmpfs
+from tests.kit.fixtures_fs import require_root
 
 CHROMIUM = "/usr/bin/chromium"
 NOV = utc(2026, 11, 1)
@@ -496,27 +498,23 @@ def test_an_unwritable_output_is_named(db, tmp_path, where):
     assert sorted(p.name for p in tmp_path.iterdir()) == before
 
 
-def test_a_failed_write_leaves_no_partial_file(db, tmp_path, monkeypatch):
-    import slowdown.analysis.cli.report as report_cli
-
+@pytest.mark.root
+def test_a_failed_write_leaves_no_partial_file(db, tmp_path):
+    require_root("a full filesystem (tmpfs)")
     out = tmp_path / "r.html"
     out.write_text("an earlier report\n")
-    real = report_cli._temp_beside
-    calls = []
-
-    def failing(path, data):  # the second file (the first PNG) hits a full disk
-        calls.append(path)
-        if len(calls) == 2:
-            raise OSError(28, "No space left on device")
-        return real(path, data)
-
-    monkeypatch.setattr(report_cli, "_temp_beside", failing)
-    code, text = run("report", "--db", db, "--at", AT, "--since", "1h", "--target", "home",
-                     "--op", "md-stat", "-o", out, "--png", tmp_path / "png")
-    assert code == 1 and "--png: cannot write" in text and "No space left" in text
-    assert out.read_text() == "an earlier report\n"
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["png", "r.html"]
-    assert list((tmp_path / "png").iterdir()) == []
+    # The PNGs go to a tmpfs of 64 KiB with 4 KiB left: the first one meets a full disk.
+    with tmpfs(tmp_path / "small", 64 << 10) as small:
+        (small / "filler").write_bytes(b"\0" * (60 << 10))
+        png = small / "png"
+        png.mkdir()
+        code, text = run("report", "--db", db, "--at", AT, "--since", "1h", "--target", "home",
+                         "--op", "md-stat", "-o", out, "--png", png)
+        assert code == 1 and "--png: cannot write" in text and "No space left" in text
+        assert out.read_text() == "an earlier report\n"
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["r.html", "small"]
+        assert list(png.iterdir()) == []
+        assert sorted(p.name for p in small.path.iterdir()) == ["filler", "png"]
 
 
 # -- 30 days of minute data ----------------------------------------------------------------------
