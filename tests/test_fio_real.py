@@ -5,8 +5,8 @@ every 100 ms, one job at ``--log_hist_coarseness=3``, and raw latency logs) feed
 
 - fio's own binning (its json+ output) equals ours applied to the raw latencies;
 - every percentile agrees with Debian's fiologparser_hist.py within one histogram bin, in its
-  weighted and ``--noweight`` modes, per direction, at coarseness 0 and 3, for the real sample
-  in ../shared/data/fio too, and for the 1216-bin microsecond layout of fio before 3.0
+  weighted and ``--noweight`` modes, per direction, at coarseness 0 and 3, for the session's
+  sample (tests/kit/fiosample.py) too, and for the 1216-bin microsecond layout of fio before 3.0
   (written here from the raw latencies, as fio 2 would have binned them); with no options
   at all, the two tools give the same percentiles (their defaults agree);
 - percentiles from the histogram logs agree with exact percentiles of the raw latency logs of
@@ -40,7 +40,6 @@ from tests.kit.cli_runner import runner
 from tests.kit.faultfs.realfs import ext4_image
 from tests.kit.fixtures_fs import require_root
 
-SAMPLES = Path(__file__).resolve().parents[2] / "shared" / "data" / "fio"
 FIOLOGPARSER = Path("/usr/share/doc/fio/fiologparser_hist.py.gz")
 NS = Layout(29)
 RUNTIME = 4  # seconds of fio
@@ -169,10 +168,10 @@ def test_noweight_agrees_with_fiologparser(fio, fiologparser):
                         NS, weighted=False)
 
 
-def test_no_options_give_fiologparsers_percentiles(fio, fiologparser):
+def test_no_options_give_fiologparsers_percentiles(fio, fiologparser, fio_sample):
     """The same command line, no options, on logs of real fio: the same percentiles (within
-    one bin), both for the run here and for the shared sample."""
-    for files in (fio.hist[:3], sorted(SAMPLES.glob("h_clat_hist.*.log"))):
+    one bin), both for the run here and for the session's sample (four jobs)."""
+    for files in (fio.hist[:3], fio_sample.hist):
         assert_within_a_bin(ours(*files), theirs(fiologparser, *files), NS, weighted=True)
     assert_within_a_bin(ours(fio.hist[3]), theirs(fiologparser, fio.hist[3]), Layout(29, 3),
                         weighted=True)
@@ -219,9 +218,8 @@ def test_help_says_which_columns_are_fiologparsers_and_they_are(fio, fiologparse
         assert all(abs(float(x[k]) / float(y[k]) - 1) < 0.008 for k in ["min", *close, "max"])
 
 
-def test_the_shared_sample_agrees_with_fiologparser(fiologparser):
-    fine = sorted(SAMPLES.glob("h_clat_hist.*.log"))
-    coarse = SAMPLES / "coarse3" / "h_clat_hist.1.log"
+def test_the_session_sample_agrees_with_fiologparser(fiologparser, fio_sample):
+    fine, coarse = fio_sample.hist, fio_sample.coarse
     assert_within_a_bin(ours("--noweight", *fine), theirs(fiologparser, "--noweight", *fine),
                         NS, weighted=False)
     assert_within_a_bin(ours("--weighted", *fine), theirs(fiologparser, *fine), NS,
