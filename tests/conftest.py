@@ -12,7 +12,7 @@ import pytest
 
 pytest.register_assert_rewrite("tests.kit.scenes")  # their asserts say what they compared
 
-pytest_plugins = ["tests.kit.fixtures_fs", "tests.kit.fiosample"]
+pytest_plugins = ["tests.kit.fixtures_fs", "tests.kit.fiosample", "tests.kit.configkit"]
 
 LONG = Path(__file__).with_name("long")
 

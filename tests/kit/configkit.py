@@ -1,10 +1,18 @@
-"""Configuration texts with known mistakes, each marked on the line the error must name."""
+"""Configuration files for tests: texts with known mistakes, each marked on the line the error
+must name; the reference file; writing a file and reading its errors; the fixture ``environ``
+(a home of its own; registered in tests/conftest.py)."""
 
 from __future__ import annotations
 
 import textwrap
+from pathlib import Path
 
 import pytest
+
+from slowdown.analysis.config import (
+    ConfigError,
+    load_config,
+)
 
 MINIMAL = """
 [[target]]
@@ -298,3 +306,31 @@ def _cases():
     for name, (text, key, fragment) in ALERT_MISTAKES.items():
         full = ALERT.lstrip("\n") + textwrap.dedent(text).lstrip("\n")
         yield pytest.param(full, key, fragment, id=name)
+
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+REFERENCE = REPO / "config" / "slowdown.toml"
+
+
+MIB = 1 << 20
+
+
+@pytest.fixture
+def environ(tmp_path: Path) -> dict[str, str]:
+    home = tmp_path / "home"
+    home.mkdir()
+    return {"HOME": str(home)}
+
+
+def write(directory: Path, text: str, name: str = "slowdown.toml") -> Path:
+    path = directory / name
+    path.write_text(textwrap.dedent(text).lstrip("\n"))
+    return path
+
+
+def errors_of(path: Path, environ: dict[str, str]) -> list[ConfigError]:
+    with pytest.raises(ConfigError) as info:
+        load_config(path, environ)
+    return info.value.errors
