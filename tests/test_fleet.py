@@ -1,5 +1,5 @@
-"""Cluster views over many host files: baselines that merge exactly, what was merged, bad files
-among many, and a bound on the descriptors held whatever the number of files."""
+"""Cluster views over many host files: baselines that merge exactly, and what was merged (bad
+files among many and the bound on descriptors: test_fleet_inputs.py)."""
 
 from __future__ import annotations
 
