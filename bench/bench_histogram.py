@@ -395,13 +395,14 @@ def main(argv: list[str] | None = None) -> int:
         sizes = dataclasses.replace(sizes, repeats=args.repeats)
 
     if args.runs > 1:
-        command = [sys.executable, str(Path(__file__).resolve()), "--json"]
+        command = [sys.executable, "-m", "bench.bench_histogram", "--json"]
         command += ["--quick"] if args.quick else []
         command += ["--repeats", str(sizes.repeats)]
         command += ["--dir", str(args.dir)] if args.dir else []
         runs = []
         for i in range(args.runs):
-            done = subprocess.run(command, check=True, stdout=subprocess.PIPE, text=True)
+            done = subprocess.run(command, check=True, stdout=subprocess.PIPE, text=True,
+                                  cwd=Path(__file__).resolve().parents[1])
             runs.append(json.loads(done.stdout))
             print(f"run {i + 1}/{args.runs} done", file=sys.stderr)
         print(report(combine(runs), sizes, args.dir or Path(tempfile.gettempdir())))
