@@ -8,11 +8,11 @@ Run from the repository root with the package importable (installed, or on PYTHO
 
 1. Histogram logs, the same files and the same command line for both tools, at each of
    ``--sizes``: the real fio 3.33 sample of ../shared/data/fio (4 jobs, 20 s, 100 ms logs,
-   4.3 MiB) made 1, 2, 4, 8, 16 and 32 times as long (4.3 to 137 MiB: each copy follows the
-   one before, its times shifted); optionally the same logs as a cluster of ``--hosts``
-   hosts (a copy per host directory) in end mode. Both tools run with no options (both
-   weighted) and with ``--noweight``. Every pair of outputs is checked to agree within one
-   bin before its time counts.
+   4.3 MiB; ``--sample DIR`` names another) made 1, 2, 4, 8, 16 and 32 times as long (4.3 to
+   137 MiB: each copy follows the one before, its times shifted); optionally the same logs
+   as a cluster of ``--hosts`` hosts (a copy per host directory) in end mode. Both tools run
+   with no options (both weighted) and with ``--noweight``. Every pair of outputs is checked
+   to agree within one bin before its time counts.
 2. Latency logs: ``--lat-files`` files of 30 million lines in all, written here in fio's exact
    format (``time, value, ddir, bs, prio``) with latencies drawn from a real fio run of this
    machine (``fio`` runs for 3 s; or ``--lat-source`` names an existing ``_clat`` log), at
@@ -147,18 +147,28 @@ def same_within_a_bin(mine: Path, theirs: Path, bins: int) -> None:
                 raise SystemExit(f"{name} at {x['end-time']}: {x[name]} against {value}")
 
 
-def long_logs(work: Path, copies: int) -> list[Path]:
-    """The sample's 4 logs made ``copies`` times as long: copy ``k`` of each file follows the
+def sample_logs(sample: Path) -> list[Path]:
+    return sorted(sample.glob("h_clat_hist.*.log"))
+
+
+def span_ms(log: Path) -> int:
+    """A log's span in whole seconds (its last line's time, rounded up), in milliseconds."""
+    lines = log.read_bytes().splitlines()
+    return -(-int(lines[-1].split(b",", 1)[0]) // 1000) * 1000
+
+
+def long_logs(work: Path, copies: int, sample: Path) -> list[Path]:
+    """The sample's logs made ``copies`` times as long: copy ``k`` of each file follows the
     one before it, its times shifted by ``k`` times the sample's span (fio's exact format,
     only the time field rewritten). Reused when present."""
     directory = work / f"long{copies}"
-    files = [directory / log.name for log in sorted(SAMPLES.glob("h_clat_hist.*.log"))]
+    files = [directory / log.name for log in sample_logs(sample)]
     if (directory / "done").exists():
         return files
     directory.mkdir(parents=True, exist_ok=True)
-    for source, target in zip(sorted(SAMPLES.glob("h_clat_hist.*.log")), files):
+    for source, target in zip(sample_logs(sample), files):
         lines = source.read_bytes().splitlines(keepends=True)
-        span = -(-int(lines[-1].split(b",", 1)[0]) // 1000) * 1000  # whole seconds
+        span = span_ms(source)
         with open(target, "wb") as f:
             for k in range(copies):
                 for line in lines:
@@ -168,7 +178,7 @@ def long_logs(work: Path, copies: int) -> list[Path]:
     return files
 
 
-def cluster(work: Path, hosts: int) -> list[Path]:
+def cluster(work: Path, hosts: int, sample: Path) -> list[Path]:
     """The sample's 4 logs as ``hosts`` hosts' (a copy per host directory), all in the same
     20 s: fiologparser_hist.py's weighting grows with the square of the lines it holds at
     once, so its weighted mode is measured on long logs only."""
@@ -176,7 +186,7 @@ def cluster(work: Path, hosts: int) -> list[Path]:
     for host in range(1, hosts + 1):
         directory = work / "hosts" / f"n{host}"
         directory.mkdir(parents=True, exist_ok=True)
-        for log in sorted(SAMPLES.glob("h_clat_hist.*.log")):
+        for log in sample_logs(sample):
             if not (directory / log.name).exists():
                 shutil.copy(log, directory / log.name)
             files.append(directory / log.name)
@@ -210,7 +220,7 @@ class Case:
 
 
 def bench_histograms(work: Path, runs: int, sizes: list[int], hosts: int,
-                     modes: list[str], before: Path | None = None
+                     modes: list[str], before: Path | None = None, sample: Path = SAMPLES
                      ) -> tuple[list[Case], list[str]]:
     """Every case side by side, in interleaved rounds: in each round every case runs once,
     ours and theirs back to back (which goes first alternates), so that a change in the
@@ -219,10 +229,13 @@ def bench_histograms(work: Path, runs: int, sizes: list[int], hosts: int,
     to agree within a bin."""
     script = work / "fiologparser_hist.py"
     script.write_bytes(gzip.decompress(FIOLOGPARSER.read_bytes()))
-    cases = [Case(f"{copies * 20} s x 4 jobs", mode, long_logs(work, copies))
+    logs = sample_logs(sample)
+    seconds, jobs = span_ms(logs[0]) // 1000, len(logs)
+    cases = [Case(f"{copies * seconds} s x {jobs} jobs", mode, long_logs(work, copies, sample))
              for copies in sizes for mode in modes]
     if hosts:
-        cases.append(Case(f"{hosts} hosts x 4 jobs, 20 s", "noweight", cluster(work, hosts)))
+        cases.append(Case(f"{hosts} hosts x {jobs} jobs, {seconds} s", "noweight",
+                          cluster(work, hosts, sample)))
     bins = len(cases[0].files[0].read_text().split("\n", 1)[0].split(",")) - 3
     for case in cases:  # files into the page cache; each tool's bytecode written
         for path in case.files:
@@ -399,6 +412,9 @@ def main(argv: list[str] | None = None) -> None:
                         help="a real fio _clat log to draw latencies from")
     parser.add_argument("--dir", type=Path, default=None,
                         help="work directory (kept; the logs are reused from it)")
+    parser.add_argument("--sample", type=Path, default=SAMPLES,
+                        help="the directory of the fio histogram logs h_clat_hist.N.log "
+                             f"(default {SAMPLES}, the sample of docs/BENCHMARKS-fio.md)")
     parser.add_argument("--skip-latency", action="store_true")
     parser.add_argument("--floor-runs", type=int, default=5,
                         help="runs of each start-up floor (no input)")
@@ -419,7 +435,7 @@ def main(argv: list[str] | None = None) -> None:
     ENV["PYTHONPYCACHEPREFIX"] = str(work / "pycache")
     try:
         cases, loads = bench_histograms(work, args.runs, sizes, args.hosts, modes,
-                                        args.before)
+                                        args.before, args.sample)
         latencies = None if args.skip_latency else bench_latencies(
             work, args.runs, args.lat_lines, args.lat_files, args.iops, args.lat_source)
         print(report(cases, loads, latencies, args.runs, start_floors(args.floor_runs)))

@@ -6,7 +6,7 @@ Run from the repository root with the package installed (``pip install -e .``)::
     python -m bench.bench_fleet --quick         # 2 days, 1-4 hosts, 64 small files (smoke)
 
 **The fleet.** One host of 30 days (2 targets x 6 ops, 60 lognormal samples per op and
-minute) is written by ``bench.bench_read.build`` (through ``Store.write`` a day at a time,
+minute) is written by ``bench.read_database.build`` (through ``Store.write`` a day at a time,
 ``baseline.maintain`` after each day as the service runs it: the initial baseline after the
 first day, the monthly one when February begins). Its minutes older than ``--minute-days``
 are rolled up into hours (the service's retention, set short: 512 files of 30 days of
@@ -56,8 +56,9 @@ from pathlib import Path
 
 import numpy as np
 
-from bench import bench_read
-from bench.bench_read import Command, fmt_time, source_state, utc_now
+from bench import read_database, read_timing
+from bench.read_database import utc_now
+from bench.read_timing import Command, fmt_time, source_state
 from slowdown.analysis.histogram import Histogram, codec
 from slowdown.analysis.stats import baseline
 from slowdown.analysis.store import Store, schema
@@ -89,7 +90,7 @@ def base(directory: Path, days: int, minute_days: int) -> Path:
     raw = directory / f"base-{days}d.db"
     if not raw.exists():
         print(f"building the base host ({days} days; a few minutes)", file=sys.stderr)
-        bench_read.build(raw, days, T0, "base", SEED)
+        read_database.build(raw, days, T0, "base", SEED)
     building = rolled.with_name(rolled.name + ".building")
     shutil.copy(raw, building)
     with Store(building) as store:
@@ -129,7 +130,7 @@ def make_host(source: Path, path: Path, i: int, days: int) -> None:
         if i % 7 == 3:  # an hour without any record (the host was down)
             hour = T0 + days * DAY - int(rng.integers(3, 40)) * HOUR
             conn.execute("DELETE FROM minutes WHERE start >= ? AND start < ?", (hour, hour + HOUR))
-        for target in bench_read.TARGETS:
+        for target in read_database.TARGETS:
             buckets = int(rng.integers(-12, 13))
             factor = 2.0 ** (buckets / 2 ** 5)
             for table in ("minutes", "hours"):
@@ -146,11 +147,11 @@ def make_host(source: Path, path: Path, i: int, days: int) -> None:
         conn.execute("DELETE FROM baselines")
         conn.execute("DELETE FROM baseline_histograms")
         conn.execute("COMMIT")
-        baseline.maintain(store, first + DAY, DAY, bench_read.STATISTICS)
-        baseline.maintain(store, FEBRUARY, DAY, bench_read.STATISTICS)
+        baseline.maintain(store, first + DAY, DAY, read_database.STATISTICS)
+        baseline.maintain(store, FEBRUARY, DAY, read_database.STATISTICS)
         if i % 8 == 5:
             baseline.rebaseline(store, REBASELINED, "new OSTs", REBASELINED - DAY,
-                                statistics=bench_read.STATISTICS)
+                                statistics=read_database.STATISTICS)
         conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     os.replace(building, path)
 
@@ -225,8 +226,8 @@ def small_hosts(directory: Path, count: int, end: int) -> Path:
     with Store(one) as store:
         batch = []
         for m in range(120):
-            for target in bench_read.TARGETS:
-                for op in bench_read.OPS:
+            for target in read_database.TARGETS:
+                for op in read_database.OPS:
                     h = Histogram()
                     h.record_many(rng.lognormal(np.log(2e-4), 0.5, 60))
                     batch.append(Record("s", target, op, end - 2 * HOUR + m * MINUTE, h))
@@ -449,7 +450,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     env.update(PYTHONPYCACHEPREFIX=str(directory / "pycache"),
-               SLOWDOWN_CONFIG=str(bench_read.write_config(directory, directory / "none.db")))
+               SLOWDOWN_CONFIG=str(read_database.write_config(directory, directory / "none.db")))
     if args.offset % 60 or args.offset < 0:
         parser.error("--offset: a whole number of minutes, in seconds")
     rows = command_rows(directory, sizes, wide, small, end, env, offset=args.offset)
@@ -475,9 +476,9 @@ def main(argv: list[str] | None = None) -> int:
             run_once(command, kind.endswith("-small"), directory)
     times, memory = measure(rows, runs, wide_runs, directory)
     print(f"# fleet benchmark, {utc_now()}\n")
-    print(f"{source_state()}; load average {bench_read.load_average()}; {runs} rounds of "
+    print(f"{source_state()}; load average {read_timing.load_average()}; {runs} rounds of "
           f"slowdown and check (at @{end - args.offset}, {args.offset // 60} min before the "
-          f"last), {wide_runs} of history and report; {bench_read.environment(None)}\n")
+          f"last), {wide_runs} of history and report; {read_timing.environment(None)}\n")
     print(f"fleet: {sizes_of(every)}; small files: "
           f"{sizes_of(sorted(small.glob('*.db'))) if small else 'none'}\n")
     print(tables(after_rows, times, memory))

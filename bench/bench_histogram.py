@@ -18,63 +18,41 @@ from __future__ import annotations
 import argparse
 import cProfile
 import dataclasses
-import datetime
 import gc
 import io
 import json
-import math
-import os
-import platform
 import pstats
-import sqlite3
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from bench.histogram_data import (
+    MERGE_OP,
+    OPS,
+    PER_MINUTE,
+    DDSketch,
+    Sizes,
+    StoreData,
+    latencies,
+    new_sketch,
+    sketch_from_bytes,
+    write_store,
+)
+from bench.histogram_report import combine, report
 from slowdown.analysis.histogram import Histogram, codec
 from slowdown.analysis.histogram.buckets import sum_arrays
 from slowdown.analysis.store import Selection, Store
-from slowdown.analysis.store.records import MINUTE, Record
 
-try:
-    import ddsketch
-    from ddsketch import DDSketch
-except ImportError:  # the anchor is optional: without it the anchor column reads "n/a"
-    ddsketch = DDSketch = None
-try:
-    from ddsketch.pb import proto as ddsketch_proto
-except ImportError:  # ddsketch's protobuf form needs the protobuf package
-    ddsketch_proto = None
-
-RELATIVE_ACCURACY = 0.0108  # DDSketch's bound equal to scale 5's (base - 1) / (base + 1)
 QUANTILES = (0.5, 0.95, 0.99)
-T0 = 1_767_225_600  # 2026-01-01T00:00:00Z
-HOST, TARGET = "node01", "work"
-OPS = ("data-read", "data-write", "md-stat", "md-read", "md-delete", "md-write")
-MERGE_OP = "md-stat"  # its 30 days of minutes are the merge and quantile input
-MD_MEDIAN, DATA_MEDIAN, SIGMA = 100e-6, 5e-3, 0.7  # lognormal latencies, seconds
-PER_MINUTE = 60  # samples per op and minute
 GOAL_RECORD = 2e-6  # seconds per Histogram.record
 GOAL_ROW_BYTES = 600  # database bytes per minute record
-TABLE_HEAD = "| what | ours | anchor | ratio | goal | met? |"
-
-
-@dataclass(frozen=True)
-class Sizes:
-    repeats: int
-    record_calls: int  # Histogram.record calls per repeat
-    many_values: int  # values per record_many call
-    minutes: int  # minutes of records written to the store (and merged)
-    quantile_calls: int  # q50+q95+q99 evaluations per repeat
-    decode_blobs: int  # blobs decoded per repeat
 
 
 FULL = Sizes(repeats=7, record_calls=100_000, many_values=1_000_000, minutes=30 * 1440,
@@ -110,116 +88,6 @@ def measure(cases: dict[str, tuple[Callable[[Any], object], Callable[[], Any] | 
 
 
 # -- data ------------------------------------------------------------------------------------
-
-
-def latencies(rng: np.random.Generator, op: str, n: int) -> np.ndarray:
-    median = MD_MEDIAN if op.startswith("md-") else DATA_MEDIAN
-    return rng.lognormal(math.log(median), SIGMA, n)
-
-
-def new_sketch() -> Any:
-    return DDSketch(RELATIVE_ACCURACY)
-
-
-def sketch_of(values: list[float]) -> Any:
-    sketch = new_sketch()
-    add = sketch.add
-    for v in values:
-        add(v)
-    return sketch
-
-
-def sketch_bytes(sketch: Any) -> bytes:
-    return ddsketch_proto.DDSketchProto.to_proto(sketch).SerializeToString()
-
-
-def trimmed_sketch_bytes(sketch: Any) -> int:
-    """Size of the protobuf with the positive bins cut to the occupied key range: what a
-    writer without ddsketch-py's 128-bin growth padding would emit."""
-    store, pb = sketch._store, ddsketch_proto.pb
-    lo, hi = store.min_key - store.offset, store.max_key - store.offset
-    message = ddsketch_proto.DDSketchProto.to_proto(sketch)
-    message.positiveValues.CopyFrom(pb.Store(contiguousBinCounts=store.bins[lo:hi + 1],
-                                             contiguousBinIndexOffset=store.min_key))
-    return len(message.SerializeToString())
-
-
-def sketch_from_bytes(blob: bytes) -> Any:
-    return ddsketch_proto.DDSketchProto.from_proto(ddsketch_proto.pb.DDSketch.FromString(blob))
-
-
-@dataclass
-class StoreData:
-    """What writing the store left behind for the later sections."""
-
-    path: Path
-    rows: int
-    file_bytes: int
-    table_bytes: dict[str, int]
-    write_times: list[float]
-    blob_sizes: np.ndarray
-    sketch_sizes: np.ndarray | None
-    merge_histograms: list[Histogram]
-    merge_values: list[np.ndarray]
-    merge_sketches: list[Any]
-    sample_blobs: list[bytes]
-    sample_sketch_blobs: list[bytes]
-    trimmed_sketch_sizes: list[int]
-
-
-def write_store(directory: Path, sizes: Sizes, rng: np.random.Generator) -> StoreData:
-    """Write ``sizes.minutes`` minutes of the six ops, one transaction per minute, as the
-    service does; then checkpoint and VACUUM and measure the file."""
-    path = directory / "bench.db"
-    write_times: list[float] = []
-    sketch_sizes: list[int] = []
-    merge_histograms: list[Histogram] = []
-    merge_values: list[np.ndarray] = []
-    merge_sketches: list[Any] = []
-    sample_blobs: list[bytes] = []
-    sample_sketch_blobs: list[bytes] = []
-    trimmed_sketch_sizes: list[int] = []
-    with Store(path) as store:
-        for minute in range(sizes.minutes):
-            records = []
-            for op in OPS:
-                values = latencies(rng, op, PER_MINUTE)
-                h = Histogram()
-                h.record_many(values)
-                records.append(Record(HOST, TARGET, op, T0 + minute * MINUTE, h))
-                sketch = sketch_of(values.tolist()) if DDSketch is not None else None
-                if ddsketch_proto is not None:
-                    blob = sketch_bytes(sketch)
-                    sketch_sizes.append(len(blob))
-                    if len(sample_sketch_blobs) < sizes.decode_blobs:
-                        sample_sketch_blobs.append(blob)
-                        trimmed_sketch_sizes.append(trimmed_sketch_bytes(sketch))
-                if len(sample_blobs) < sizes.decode_blobs:
-                    sample_blobs.append(codec.encode(h, moments=False))
-                if op == MERGE_OP:
-                    merge_histograms.append(h)
-                    merge_values.append(values)
-                    merge_sketches.append(sketch)
-            t0 = time.perf_counter()
-            store.write(records)
-            write_times.append(time.perf_counter() - t0)
-        conn = store.conn
-        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-        conn.execute("VACUUM")
-        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-        rows = conn.execute("SELECT count(*) FROM minutes").fetchone()[0]
-        blob_sizes = np.array([r[0] for r in conn.execute("SELECT length(hist) FROM minutes")])
-        table_bytes = dict(conn.execute(
-            "SELECT name, sum(pgsize) FROM dbstat GROUP BY name ORDER BY 2 DESC"
-        ).fetchall())
-    return StoreData(
-        path=path, rows=rows, file_bytes=path.stat().st_size, table_bytes=table_bytes,
-        write_times=write_times, blob_sizes=blob_sizes,
-        sketch_sizes=np.array(sketch_sizes) if sketch_sizes else None,
-        merge_histograms=merge_histograms, merge_values=merge_values,
-        merge_sketches=merge_sketches, sample_blobs=sample_blobs,
-        sample_sketch_blobs=sample_sketch_blobs, trimmed_sketch_sizes=trimmed_sketch_sizes,
-    )
 
 
 # -- the sections ----------------------------------------------------------------------------
@@ -510,109 +378,6 @@ def run_once(sizes: Sizes, directory: Path, profile: bool = False) -> dict[str, 
 # -- reporting -------------------------------------------------------------------------------
 
 
-def fmt(value: float | None, unit: str) -> str:
-    if value is None:
-        return "n/a"
-    if unit == "B":
-        return f"{value:,.0f} B"
-    for scale, name in ((1.0, "s"), (1e-3, "ms"), (1e-6, "us")):
-        if value >= scale:
-            return f"{value / scale:.3g} {name}"
-    return f"{value * 1e9:.3g} ns"
-
-
-def combine(runs: list[dict[str, Any]]) -> dict[str, Any]:
-    """Median of the runs' medians per cell; the ratio is the median of the runs' ratios."""
-    rows = []
-    for cells in zip(*(run["rows"] for run in runs)):
-        first = dict(cells[0])
-        for field in ("ours", "anchor", "ratio"):
-            values = [c[field] for c in cells if c[field] is not None]
-            first[field] = statistics.median(values) if values else None
-            first[field + "_range"] = (min(values), max(values)) if values else None
-        rows.append(first)
-    errors = {k: statistics.median(r["errors"][k] for r in runs) for k in runs[0]["errors"]}
-    return {
-        "rows": rows, "errors": errors, "runs": len(runs),
-        "table_bytes": runs[0]["table_bytes"],
-        "write_p99": statistics.median(r["write_p99"] for r in runs),
-        "trimmed": runs[0]["trimmed"], "sample_blob_mean": runs[0]["sample_blob_mean"],
-    }
-
-
-def table(result: dict[str, Any]) -> str:
-    lines = [TABLE_HEAD, "|---|---:|---:|---:|---:|---|"]
-    for r in result["rows"]:
-        goal = met = ""
-        if r["goal"] is not None:
-            goal = "< " + fmt(r["goal"], r["unit"])
-            met = "yes" if r["ours"] < r["goal"] else "**NO**"
-        ratio = "" if r["ratio"] is None else f"{r['ratio']:.2f}"
-        lines.append(f"| {r['what']} | {fmt(r['ours'], r['unit'])} | "
-                     f"{fmt(r['anchor'], r['unit'])} | {ratio} | {goal} | {met} |")
-    return "\n".join(lines)
-
-
-def spread(result: dict[str, Any]) -> str:
-    lines = ["| key | ours, min..max of runs | anchor, min..max | ratio, min..max |",
-             "|---|---:|---:|---:|"]
-    for r in result["rows"]:
-        cells = []
-        for field in ("ours", "anchor", "ratio"):
-            span = r.get(field + "_range")
-            unit = r["unit"] if field != "ratio" else ""
-            if span is None:
-                cells.append("")
-            elif field == "ratio":
-                cells.append(f"{span[0]:.2f}..{span[1]:.2f}")
-            else:
-                cells.append(f"{fmt(span[0], unit)}..{fmt(span[1], unit)}")
-        lines.append(f"| {r['key']} | " + " | ".join(cells) + " |")
-    return "\n".join(lines)
-
-
-def environment() -> str:
-    parts = [
-        f"date {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC",
-        f"Python {platform.python_version()}", f"numpy {np.__version__}",
-        f"SQLite {sqlite3.sqlite_version}",
-        f"ddsketch {getattr(ddsketch, '__version__', '?')}" if ddsketch else "ddsketch absent",
-    ]
-    if ddsketch_proto is not None:
-        import google.protobuf
-
-        parts.append(f"protobuf {google.protobuf.__version__}")
-    else:
-        parts.append("protobuf absent (no DDSketch sizes or decode)")
-    parts.append(f"{platform.machine()}, {os.cpu_count()} CPUs, {platform.platform()}")
-    return "; ".join(parts)
-
-
-def report(result: dict[str, Any], sizes: Sizes, directory: Path) -> str:
-    errors = result["errors"]
-    notes = [
-        f"runs: {result['runs']}; repeats per timing: {sizes.repeats} (median); database in "
-        f"{directory}",
-        "quantile relative error vs exact, max over q50/q95/q99 of the merged minutes: ours "
-        f"{errors['ours']:.4%}" + (f", DDSketch {errors['anchor']:.4%}" if "anchor" in errors
-                                   else ""),
-        "database bytes per row by b-tree (those above 0.5 B): " + ", ".join(
-            f"{name} {size:.1f}" for name, size in result["table_bytes"].items() if size > 0.5),
-        f"Store.write of one minute, p99: {fmt(result['write_p99'], 's')}",
-    ]
-    if result["trimmed"]:
-        mean, n = result["trimmed"]
-        notes.append(
-            f"DDSketch protobuf with its bins cut to the occupied key range (ddsketch-py pads "
-            f"its dense store in 128-bin chunks): mean {mean:,.0f} B over the first {n:,} "
-            f"records, whose own encoding averages {result['sample_blob_mean']:,.0f} B")
-    out = [environment(), "", table(result), ""]
-    out += [f"- {n}" for n in notes]
-    if result["runs"] > 1:
-        out += ["", spread(result)]
-    return "\n".join(out)
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="small sizes (smoke test)")
@@ -630,13 +395,14 @@ def main(argv: list[str] | None = None) -> int:
         sizes = dataclasses.replace(sizes, repeats=args.repeats)
 
     if args.runs > 1:
-        command = [sys.executable, str(Path(__file__).resolve()), "--json"]
+        command = [sys.executable, "-m", "bench.bench_histogram", "--json"]
         command += ["--quick"] if args.quick else []
         command += ["--repeats", str(sizes.repeats)]
         command += ["--dir", str(args.dir)] if args.dir else []
         runs = []
         for i in range(args.runs):
-            done = subprocess.run(command, check=True, stdout=subprocess.PIPE, text=True)
+            done = subprocess.run(command, check=True, stdout=subprocess.PIPE, text=True,
+                                  cwd=Path(__file__).resolve().parents[1])
             runs.append(json.loads(done.stdout))
             print(f"run {i + 1}/{args.runs} done", file=sys.stderr)
         print(report(combine(runs), sizes, args.dir or Path(tempfile.gettempdir())))

@@ -32,13 +32,10 @@ import datetime
 import io
 import json
 import os
-import platform
 import pstats
 import re
-import resource
 import shlex
 import shutil
-import sqlite3
 import statistics
 import subprocess
 import sys
@@ -47,23 +44,30 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
+from bench.read_database import (
+    OPS,
+    PER_MINUTE,
+    SQLITE_ANCHOR,
+    TARGETS,
+    database,
+    write_config,
+)
+from bench.read_timing import (
+    MIGRATIONS,
+    Command,
+    check_output,
+    console_script,
+    environment,
+    fmt_time,
+    load_average,
+    measure,
+    p90,
+    peak_memory,
+    script_interpreter,
+    source_pycache,
+    source_state,
+)
 
-import slowdown.analysis
-from slowdown.analysis.histogram import Histogram
-from slowdown.analysis.stats import baseline
-from slowdown.analysis.store import Store, schema
-from slowdown.analysis.store.records import MINUTE, Record
-
-T0 = 1_767_225_600  # 2026-01-01T00:00:00Z, start of the data
-DAY = 86400
-HOST = "node01"
-TARGETS = ("scratch", "work")
-OPS = ("data-read", "data-write", "md-stat", "md-read", "md-delete", "md-write")
-MD_MEDIAN, DATA_MEDIAN, SIGMA = 200e-6, 3e-3, 0.5  # lognormal latencies, seconds
-PER_MINUTE = 60  # samples per op and minute
-STATISTICS = ("median", "q95")  # the configuration's, as in the specification's example
-SEED = 20260101
 GOAL_UPTIME = 0.100  # seconds, median wall of `slowdown`, process start included
 GOAL_HISTORY = 1.0  # seconds, median wall of a 30-day history at 1-minute steps
 DEFAULT_DIR = Path("/tmp/slowdown-bench")
@@ -83,152 +87,8 @@ QUICK = Sizes(days=2, runs=3)
 
 # -- the database ------------------------------------------------------------------------------
 
-def utc_now() -> str:
-    return f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC"
-
-
-# The numbers of a 1-minute history, printed by SQLite itself.
-SQLITE_ANCHOR = ("SELECT datetime(start, 'unixepoch'), series, count, errors, skipped, stuck,"
-                 " p50, p90, p95, p99 FROM minutes")
-
-
-def params(days: int, t0: int = T0, host: str = HOST, seed: int = SEED) -> dict:
-    """Everything the database depends on: a cached file is reused only when all match."""
-    return {"days": days, "t0": t0, "host": host, "targets": list(TARGETS), "ops": list(OPS),
-            "md_median": MD_MEDIAN, "data_median": DATA_MEDIAN, "sigma": SIGMA,
-            "per_minute": PER_MINUTE, "statistics": list(STATISTICS), "seed": seed,
-            "schema": schema.VERSION, "maintain": "daily"}
-
-
-def _remove_db(path: Path) -> None:
-    for suffix in ("", "-wal", "-shm", "-journal"):
-        Path(str(path) + suffix).unlink(missing_ok=True)
-
-
-def build(db: Path, days: int, t0: int = T0, host: str = HOST, seed: int = SEED) -> dict:
-    """Write ``days`` of minute records from ``t0`` through the store, then the baselines;
-    returns the timings and sizes (also kept beside the file, in ``DB.json``)."""
-    building = db.with_name(db.name + ".building")
-    _remove_db(building)
-    rng = np.random.default_rng(seed)
-    medians = np.array([MD_MEDIAN if op.startswith("md-") else DATA_MEDIAN for op in OPS])
-    mu = np.log(medians)[None, None, :, None]
-    end = t0 + days * DAY
-    began = time.perf_counter()
-    made = []
-    maintaining = 0.0
-    with Store(building) as store:
-        for day in range(days):
-            samples = rng.lognormal(mu, SIGMA, (1440, len(TARGETS), len(OPS), PER_MINUTE))
-            batch = []
-            for m in range(1440):
-                start = t0 + day * DAY + m * MINUTE
-                for ti, target in enumerate(TARGETS):
-                    for oi, op in enumerate(OPS):
-                        h = Histogram()
-                        h.record_many(samples[m, ti, oi])
-                        batch.append(Record(host, target, op, start, h))
-            store.write(batch)
-            # As the service does (hourly): the initial baseline once a day of data exists.
-            t = time.perf_counter()
-            made += baseline.maintain(store, t0 + (day + 1) * DAY, 86400.0, STATISTICS)
-            maintaining += time.perf_counter() - t
-        written = time.perf_counter() - maintaining
-        store.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-        records = store.conn.execute("SELECT count(*) FROM minutes").fetchone()[0]
-    _remove_db(db)
-    os.replace(building, db)
-    info = {
-        "params": params(days, t0, host, seed),
-        "end": end,
-        "records": records,
-        "baselines": len(made),
-        "write_seconds": written - began,
-        "maintain_seconds": maintaining,
-        "bytes": db.stat().st_size,
-        "built": utc_now(),
-    }
-    Path(str(db) + ".json").write_text(json.dumps(info, indent=1) + "\n")
-    return info
-
-
-def database(directory: Path, days: int, rebuild: bool) -> tuple[Path, dict, bool]:
-    """The cached database for ``days`` (built when absent or stale): path, info, built now?"""
-    directory.mkdir(parents=True, exist_ok=True)
-    db = directory / f"read-{days}d-{len(TARGETS)}x{len(OPS)}.db"
-    meta = Path(str(db) + ".json")
-    if not rebuild and db.exists() and meta.exists():
-        try:
-            info = json.loads(meta.read_text())
-        except ValueError:
-            info = {}
-        wanted = params(days)
-        same_data = {k: v for k, v in info.get("params", {}).items() if k != "schema"} == \
-            {k: v for k, v in wanted.items() if k != "schema"}
-        if same_data and info.get("bytes") == db.stat().st_size:
-            if info["params"]["schema"] != wanted["schema"]:
-                # A newer schema: migrate forward as the service would, keeping the data.
-                with Store(db):
-                    pass
-                info["params"]["schema"] = wanted["schema"]
-                info["bytes"] = db.stat().st_size
-                info["migrated"] = utc_now()
-                meta.write_text(json.dumps(info, indent=1) + "\n")
-            return db, info, False
-    return db, build(db, days), True
-
-
-CONFIG = """\
-# The benchmark's configuration: the specification's example, its targets named as in the data.
-database = "{db}"
-windows = ["1m", "10m", "1h"]
-statistics = [{statistics}]
-{targets}
-"""
-TARGET = """
-[[target]]
-name = "{name}"
-path = "{directory}/workspace/{name}"
-data_size = "1GiB"
-"""
-
-
-def write_config(directory: Path, db: Path) -> Path:
-    path = directory / "slowdown.toml"
-    path.write_text(CONFIG.format(
-        db=db, statistics=", ".join(f'"{s}"' for s in STATISTICS),
-        targets="".join(TARGET.format(name=t, directory=directory) for t in TARGETS)))
-    return path
-
 
 # -- the commands ------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class Command:
-    key: str
-    label: str  # the command as a user types it (for the table)
-    argv: list[str]
-    env: dict[str, str]
-    goal: float | None = None
-
-
-def console_script(explicit: str | None) -> Path | None:
-    """The installed ``slowdown`` script: ``--console``, else beside this interpreter, else
-    on PATH."""
-    if explicit:
-        return Path(explicit)
-    beside = Path(sys.executable).parent / "slowdown"
-    if beside.is_file():
-        return beside
-    found = shutil.which("slowdown")
-    return Path(found) if found else None
-
-
-def script_interpreter(script: Path) -> str | None:
-    """The interpreter on the script's ``#!`` line."""
-    with open(script, "rb") as f:
-        first = f.readline().decode(errors="replace").strip()
-    return first[2:].split()[0] if first.startswith("#!") and len(first) > 2 else None
 
 
 def environments(config: Path, pycache: Path) -> tuple[dict[str, str], dict[str, str]]:
@@ -301,124 +161,7 @@ def commands(db: Path, config: Path, end: int, days: int, script: Path | None,
     return rows
 
 
-STALE_SCHEMA = "open it once for writing"  # the store's message for a schema behind the code
-
-
-def run_timed(command: Command, errors: Path, db: Path | None = None) -> tuple[float, float]:
-    """Wall time from the fork to the exit, and CPU time (user and system, of the command
-    and the processes it waited for).
-
-    When the schema moved on under the benchmark (the code is edited while it runs), the
-    database is migrated once, as the service would, and the command timed again.
-    """
-    for attempt in (1, 2):
-        with open(errors, "wb") as err:
-            before = resource.getrusage(resource.RUSAGE_CHILDREN)
-            began = time.perf_counter()
-            done = subprocess.run(command.argv, env=command.env, stdin=subprocess.DEVNULL,
-                                  stdout=subprocess.DEVNULL, stderr=err)
-            took = time.perf_counter() - began
-            after = resource.getrusage(resource.RUSAGE_CHILDREN)
-        if done.returncode == 0:
-            return took, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-        message = errors.read_text(errors="replace").strip()
-        if attempt == 1 and db is not None and STALE_SCHEMA in message:
-            migrate(db, command.env)
-            continue
-        raise SystemExit(f"{command.label}: exit {done.returncode}: {message[-2000:]}")
-    raise AssertionError("unreachable")
-
-
-MIGRATIONS: list[str] = []  # when the database was migrated during the run
-
-
-def migrate(db: Path, env: dict[str, str]) -> None:
-    """Open the database for writing in a fresh process (with the code as it is now)."""
-    subprocess.run([sys.executable, "-c", "import sys\nfrom slowdown.analysis.store import "
-                    "Store\nStore(sys.argv[1]).close()", str(db)],
-                   env={**env, "PYTHONPATH": os.environ.get("PYTHONPATH", "")}, check=True)
-    MIGRATIONS.append(utc_now())
-
-
-def measure(rows: list[Command], runs: int, scratch: Path, db: Path) \
-        -> tuple[dict[str, list[float]], dict[str, list[float]]]:
-    """One untimed warm-up of each, then ``runs`` rounds, each in a rotated order: the wall
-    and the CPU times of each command."""
-    errors = scratch / "stderr.txt"
-    for command in rows:
-        run_timed(command, errors, db)
-    times: dict[str, list[float]] = {c.key: [] for c in rows}
-    cpu: dict[str, list[float]] = {c.key: [] for c in rows}
-    for r in range(runs):
-        shift = r % len(rows)
-        for command in rows[shift:] + rows[:shift]:
-            wall, used = run_timed(command, errors, db)
-            times[command.key].append(wall)
-            cpu[command.key].append(used)
-        print(f"round {r + 1}/{runs} done", file=sys.stderr)
-    errors.unlink(missing_ok=True)
-    return times, cpu
-
-
-def peak_memory(command: Command) -> int | None:
-    """The command's peak RSS in bytes, from one more run under GNU time (None without it).
-
-    Not from this process's own wait: a child forked from here inherits the high-water mark
-    of the (large) benchmark process.
-    """
-    gnu_time = Path("/usr/bin/time")
-    if not gnu_time.exists():
-        return None
-    done = subprocess.run([str(gnu_time), "-f", "%M", *command.argv], env=command.env,
-                          stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                          stderr=subprocess.PIPE, text=True)
-    last = done.stderr.strip().splitlines()[-1:] or [""]
-    return int(last[0]) * 1024 if done.returncode == 0 and last[0].isdigit() else None
-
-
-def check_output(command: Command, expect_lines: int | None, db: Path) -> str:
-    """The command's output once (to show it, and to check it is what is claimed)."""
-    done = subprocess.run(command.argv, env=command.env, stdin=subprocess.DEVNULL,
-                          capture_output=True, text=True)
-    if done.returncode != 0 and STALE_SCHEMA in done.stderr:
-        migrate(db, command.env)
-        done = subprocess.run(command.argv, env=command.env, stdin=subprocess.DEVNULL,
-                              capture_output=True, text=True)
-    if done.returncode != 0:
-        raise SystemExit(f"{command.label}: exit {done.returncode}: {done.stderr[-2000:]}")
-    lines = done.stdout.count("\n")
-    if expect_lines is not None and lines != expect_lines:
-        raise SystemExit(f"{command.label}: {lines} lines of output, expected {expect_lines}")
-    return done.stdout
-
-
-def source_state() -> str:
-    """The commit of the code measured, and its files changed since (the tree is shared)."""
-    root = Path(slowdown.analysis.__file__).resolve().parent.parent
-    try:
-        head = subprocess.run(["git", "-C", str(root), "rev-parse", "--short", "HEAD"],
-                              capture_output=True, text=True, check=True).stdout.strip()
-        changed = subprocess.run(["git", "-C", str(root), "status", "--porcelain",
-                                  "--untracked-files=no", "analysis"],
-                                 capture_output=True, text=True, check=True).stdout.split("\n")
-    except (OSError, subprocess.CalledProcessError):
-        return f"code in {root} (not a git checkout)"
-    changed = [line[3:] for line in changed if line.strip()]
-    return f"code: commit {head} in {root}" + (
-        f", with uncommitted changes to {', '.join(changed)}" if changed else "")
-
-
 # -- the report --------------------------------------------------------------------------------
-
-def fmt_time(seconds: float) -> str:
-    if seconds >= 1:
-        return f"{seconds:.2f} s"
-    return f"{seconds * 1000:.1f} ms" if seconds < 0.1 else f"{seconds * 1000:.0f} ms"
-
-
-def p90(values: list[float]) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(0.9 * (len(ordered) - 1)))]
 
 
 def table(rows: list[Command], times: dict[str, list[float]], cpu: dict[str, list[float]],
@@ -463,39 +206,6 @@ def ratios(rows: list[Command], times: dict[str, list[float]]) -> str:
         lines.append(f"| `{label[ours]}` / `{label[anchor]}` | {ratio:.2f} | "
                      f"{min(per_run):.2f}..{max(per_run):.2f} |")
     return "\n".join(lines)
-
-
-def environment(script: Path | None) -> str:
-    parts = [
-        f"date {utc_now()}",
-        f"Python {platform.python_version()} ({sys.executable})",
-        f"click {_version('click')}", f"numpy {np.__version__}",
-        f"SQLite {sqlite3.sqlite_version}",
-        f"console script {script}" if script else "no console script (python -m only)",
-        f"{platform.machine()}, {os.cpu_count()} CPUs "
-        f"({len(os.sched_getaffinity(0))} usable), {platform.platform()}",
-    ]
-    return "; ".join(parts)
-
-
-def _version(name: str) -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version(name)
-    except PackageNotFoundError:
-        return "?"
-
-
-def source_pycache() -> Path:
-    return Path(slowdown.analysis.__file__).parent / "__pycache__"
-
-
-def load_average() -> str:
-    try:
-        return " ".join(f"{x:.2f}" for x in os.getloadavg())
-    except OSError:
-        return "?"
 
 
 # -- the profile -------------------------------------------------------------------------------

@@ -32,7 +32,7 @@ def build(path: Path, days: int) -> int:
     """The database; returns the end of its data."""
     sys.path.insert(0, str(ROOT))
     from slowdown.analysis.store import Store
-    from tests.datakit import fill, lognormal, utc
+    from testdata.datakit import fill, lognormal, utc
 
     start = utc(2026, 11, 1)
     end = start + days * DAY

@@ -1,9 +1,12 @@
-"""Workspaces, a loop-mounted ext4 image and the machine's description, for the probe and
-service benchmarks (bench_probe.py, bench_service.py)."""
+"""The benchmarks' kit: workspaces, a loop-mounted ext4 image and the machine's description for
+the probe and service benchmarks (bench_probe.py, bench_service.py, service_cpu.py,
+service_ticks.py), and the two targets the service benchmarks prepare alike."""
 
 from __future__ import annotations
 
+import argparse
 import contextlib
+import ctypes
 import os
 import platform
 import subprocess
@@ -12,6 +15,8 @@ import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+import psutil
 
 HOST = "benchhost"
 MIB = 1 << 20
@@ -155,3 +160,117 @@ def machine() -> list[str]:
     return [f"machine: {os.cpu_count()} x {cpu}, {mem / GIB:.1f} GiB RAM, "
             f"Linux {platform.release()}, Python {platform.python_version()}",
             f"load average at start: {load}"]
+
+
+# -- the service benchmarks' two targets ---------------------------------------------------------
+
+DEFAULT_DIR = Path("/var/tmp/slowdown-bench-service")
+GOAL_P99 = 5e-3  # the tick start delay's, seconds
+PR_SET_CHILD_SUBREAPER = 36
+
+
+def become_subreaper() -> None:
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_CHILD_SUBREAPER)")
+
+
+def reap_orphans(deadline: float) -> list[int]:
+    """Wait for every child left (the service's workers, handed to us); return any still alive
+    at ``deadline`` (seconds from now)."""
+    end = time.monotonic() + deadline
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return []
+        if pid == 0:
+            if time.monotonic() >= end:
+                return [p.pid for p in psutil.Process().children()]
+            time.sleep(0.05)
+
+
+def parse_seconds(text: str) -> float:
+    from slowdown.analysis.units import parse_duration
+
+    return float(parse_duration(text))
+
+
+def progress(text: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {text}", file=sys.stderr, flush=True)
+
+
+def add_target_options(parser: argparse.ArgumentParser, quick: str = "") -> None:
+    """The options of the two targets: where, the second's kind, sizes, keep."""
+    parser.add_argument("--dir", type=Path, default=None,
+                        help=f"where everything goes (default {DEFAULT_DIR}; the root disk)")
+    parser.add_argument("--second", choices=("loop", "dir"), default=None,
+                        help="second target on a loop-mounted ext4 image (default; root) or in "
+                        f"a second directory on the root disk{quick}")
+    parser.add_argument("--size", default=None, help="data.bin size per target in GiB (2)")
+    parser.add_argument("--pool-files", type=int, default=None, help="md pool size (10000)")
+    parser.add_argument("--keep", action="store_true",
+                        help="keep the workspaces (and image) for the next run")
+
+
+@dataclass
+class ServiceTargets:
+    """Two prepared targets and the configuration that names them."""
+
+    base: Path
+    config: Path
+    database: Path
+    targets: list[BenchTarget]
+    header: list[str]  # the machine, the targets
+    prepared_in: float  # seconds
+
+
+@contextlib.contextmanager
+def service_targets(args: argparse.Namespace, quick: bool = False) -> Iterator[ServiceTargets]:
+    """Two targets prepared with ``slowdown-probe prepare``: ``root``, a directory on the root
+    disk, and ``loop``, a directory on a loop-mounted ext4 image (needs root), or ``dir``, a
+    second directory on the root disk. This process becomes the child subreaper of what it
+    starts. Unless ``args.keep``, everything goes at the end."""
+    size = int(float(args.size) * GIB) if args.size else (64 * MIB if quick else 2 * GIB)
+    size -= size % MIB
+    pool = args.pool_files or (100 if quick else 10_000)
+    second = args.second or ("dir" if quick else "loop")
+    base = (args.dir or DEFAULT_DIR).resolve()
+    made_base = not base.exists()
+    base.mkdir(parents=True, exist_ok=True)
+    become_subreaper()
+    header = machine()
+    config = base / "bench-service.toml"
+    database = base / "db" / "slowdown.db"
+    with contextlib.ExitStack() as stack:
+        if second == "loop":
+            mnt = stack.enter_context(loop_ext4(base / "ext4.img", base / "mnt",
+                                                size + size // 8 + 256 * MIB, args.keep))
+            second_path = mnt / "loop"
+        else:
+            second_path = base / "second"
+        targets = [BenchTarget("root", base / "root", size, pool, 10),
+                   BenchTarget(second, second_path, size, pool, 10)]
+        write_config(config, database, targets)
+        if not args.keep:
+            stack.callback(config.unlink, missing_ok=True)
+            stack.callback(cleanup, config)
+        progress(f"preparing {len(targets)} workspaces of {size / GIB:.2f} GiB + {pool} files")
+        took = prepare(config)
+        for t in targets:
+            header.append(f"target {t.name}: {t.path} on {filesystem_of(t.path)}, data.bin "
+                          f"{size / GIB:.2f} GiB, pool {pool} files in 10 directories")
+        yield ServiceTargets(base, config, database, targets, header, took)
+        if not args.keep:
+            for leftover in database.parent.glob(database.name + "*"):
+                leftover.unlink()
+            with contextlib.suppress(OSError):
+                database.parent.rmdir()
+    if not args.keep and made_base:
+        with contextlib.suppress(OSError):
+            base.rmdir()
+
+
+def load_average() -> str:
+    with open("/proc/loadavg") as f:
+        return f"load average at end: {' '.join(f.read().split()[:3])}"

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-pytest.register_assert_rewrite("tests.scenes")  # their asserts say what they compared
+pytest.register_assert_rewrite("tests.kit.scenes")  # their asserts say what they compared
 
-pytest_plugins = ["tests.fixtures_fs"]
+pytest_plugins = ["tests.kit.fixtures_fs", "tests.kit.fiosample", "tests.kit.configkit"]
 
 LONG = Path(__file__).with_name("long")
 

@@ -1,7 +1,7 @@
 """Alert rules driven by recorded data: pending -> firing -> resolved, restarts in the
 middle, exactly one ticket and one resolve message, through a real program.
 
-Data are written through the store with known distributions (tests/datakit.py); a baseline
+Data are written through the store with known distributions (testdata/datakit.py); a baseline
 is made from the first hour; the rules are evaluated minute by minute as the service would,
 by :class:`ServiceAlerts`, whose dispatcher runs the real command.
 """
@@ -24,8 +24,8 @@ from slowdown.analysis.histogram import Histogram
 from slowdown.analysis.stats import baseline
 from slowdown.analysis.store import Store
 from slowdown.analysis.store.records import Record
-from tests.datakit import fill, lognormal, utc
-from tests.test_alert_actions import (
+from testdata.datakit import fill, lognormal, utc
+from tests.kit.alertkit import (
     WebhookReceiver,
     calls,
     recorder_action,

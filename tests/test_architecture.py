@@ -108,7 +108,58 @@ def test_every_package_states_its_contract():
     assert not missing
 
 
+# Beside the package: the suite, the benchmarks and the data both build.
+SIDES = ("tests", "bench", "testdata")
+
+
+def _side_modules() -> dict[str, Path]:
+    out = {}
+    for top in SIDES:
+        for path in sorted((ROOT / top).rglob("*.py")):
+            parts = list(path.relative_to(ROOT).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+            out[".".join(parts)] = path
+    return out
+
+
+def _all_imports(path: Path) -> set[str]:
+    """Every module a file imports, at its top or inside a function."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            found.add(node.module)
+            found.update(f"{node.module}.{alias.name}" for alias in node.names)
+        elif isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+    return found
+
+
 def test_no_module_over_500_lines():
-    long = {str(p.relative_to(ROOT)): n for p in _modules().values()
+    long = {str(p.relative_to(ROOT)): n
+            for p in [*_modules().values(), *_side_modules().values()]
             if (n := len(p.read_text().splitlines())) > 500}
     assert not long
+
+
+def _is_test_module(name: str) -> bool:
+    return name.startswith("tests.") and name.rsplit(".", 1)[-1].startswith("test_")
+
+
+def test_no_test_module_imports_another():
+    """What two test modules share lives in tests/kit/."""
+    wrong = [f"{path.relative_to(ROOT)} imports {name}"
+             for module, path in _side_modules().items() if module.startswith("tests.")
+             for name in _all_imports(path) if _is_test_module(name)]
+    assert not wrong, "\n".join(wrong)
+
+
+def test_tests_and_bench_do_not_import_each_other():
+    """A smoke test runs a benchmark as a process; what both build lives in testdata/, which
+    imports neither."""
+    forbidden = {"tests": {"bench"}, "bench": {"tests"}, "testdata": {"tests", "bench"}}
+    wrong = [f"{path.relative_to(ROOT)} imports {name}"
+             for module, path in _side_modules().items()
+             for name in _all_imports(path)
+             if name.split(".")[0] in forbidden[module.split(".")[0]]]
+    assert not wrong, "\n".join(wrong)

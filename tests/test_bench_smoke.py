@@ -145,7 +145,7 @@ def test_bench_service_quick_measures_the_service(tmp_path):
 
 @pytest.mark.slow  # a service run of 10-20 s: in the full suite
 def test_service_threads_measures_every_thread_of_service_and_workers(tmp_path):
-    from tests.servicekit import TargetSpec, probe_cli, write_config
+    from tests.kit.servicekit import TargetSpec, probe_cli, write_config
 
     target = TargetSpec("t", tmp_path / "t")
     target.path.mkdir()

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from slowdown.probe.command.main import main
-from tests.cli_runner import runner
+from tests.kit.cli_runner import runner
 
 
 def write(path: Path, text: str) -> Path:
@@ -138,9 +138,10 @@ def test_the_service_logs_the_short_interval_as_it_starts(tmp_path):
         pool_files = 100
         pool_dirs = 10
         """)
-    done = subprocess.run([sys.executable, "-m", "slowdown.probe.command.main", "--config",
-                           str(config), "run", "--prepare", "--duration", "1s"],
-                          capture_output=True, text=True, timeout=50)
+    done = subprocess.run([sys.executable, "-m", "slowdown.probe.command.main",
+                           "--config", str(config),
+                           "run", "--prepare", "--duration", "1s"], capture_output=True,
+                          text=True, timeout=50)
     assert done.returncode == 0, done.stderr
     said = [line for line in done.stderr.splitlines() if "interval:" in line]
     assert len(said) == 1, done.stderr

@@ -18,10 +18,10 @@ import pytest
 from slowdown.analysis.histogram import Histogram
 from slowdown.analysis.store import Store
 from slowdown.analysis.store.records import Record
-from tests.datakit import fill, lognormal, utc
-from tests.faultfs import FaultFS
-from tests.reliabilitykit import offset_env, offset_to
-from tests.servicekit import (
+from testdata.datakit import fill, lognormal, utc
+from tests.kit.faultfs import FaultFS
+from tests.kit.reliabilitykit import offset_env, offset_to
+from tests.kit.servicekit import (
     TargetSpec,
     probe_cli,
     records,

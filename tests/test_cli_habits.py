@@ -13,8 +13,8 @@ from click.testing import CliRunner
 
 from slowdown.analysis.cli.main import main
 from slowdown.probe.command.main import main as probe_main
-from tests.datakit import fill, lognormal, utc
-from tests.servicekit import TargetSpec, write_config
+from testdata.datakit import fill, lognormal, utc
+from tests.kit.servicekit import TargetSpec, write_config
 
 NOV = utc(2026, 11, 1)
 AT = "2026-11-01T02:00:00Z"  # two hours of data from NOV

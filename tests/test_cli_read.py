@@ -16,7 +16,7 @@ from slowdown.analysis.cli.main import main
 from slowdown.analysis.histogram import Histogram
 from slowdown.analysis.stats import baseline
 from slowdown.analysis.store import Store
-from tests.datakit import fill, lognormal, utc
+from testdata.datakit import fill, lognormal, utc
 
 NOV = utc(2026, 11, 1)
 AT = "2026-11-01T02:00:00Z"  # two hours of data written from NOV

@@ -20,9 +20,9 @@ from click.testing import CliRunner
 from slowdown.analysis.cli.main import main
 from slowdown.analysis.units import format_clock
 from slowdown.analysis.view.service_states import LIVE_FRESH
-from tests.datakit import fill, lognormal
-from tests.reliabilitykit import offset_env, offset_to
-from tests.servicekit import (
+from testdata.datakit import fill, lognormal
+from tests.kit.reliabilitykit import offset_env, offset_to
+from tests.kit.servicekit import (
     TargetSpec,
     live,
     probe_cli,

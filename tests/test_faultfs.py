@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.faultfs import FaultFS, mount_fstype
+from tests.kit.faultfs import FaultFS, mount_fstype
 
-pytest_plugins = ["tests.fixtures_fs"]
+pytest_plugins = ["tests.kit.fixtures_fs"]
 
 MIB = 1 << 20
 

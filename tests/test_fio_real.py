@@ -5,15 +5,15 @@ every 100 ms, one job at ``--log_hist_coarseness=3``, and raw latency logs) feed
 
 - fio's own binning (its json+ output) equals ours applied to the raw latencies;
 - every percentile agrees with Debian's fiologparser_hist.py within one histogram bin, in its
-  weighted and ``--noweight`` modes, per direction, at coarseness 0 and 3, for the real sample
-  in ../shared/data/fio too, and for the 1216-bin microsecond layout of fio before 3.0
+  weighted and ``--noweight`` modes, per direction, at coarseness 0 and 3, for the session's
+  sample (tests/kit/fiosample.py) too, and for the 1216-bin microsecond layout of fio before 3.0
   (written here from the raw latencies, as fio 2 would have binned them); with no options
   at all, the two tools give the same percentiles (their defaults agree);
 - percentiles from the histogram logs agree with exact percentiles of the raw latency logs of
   the same run within the bin width, and so do those read back from the database.
 
 Needs root (the loop mount), fio and pandas (fiologparser_hist.py imports it): see
-tests/fio_requirements.txt. The whole module takes about 20 seconds.
+tests/kit/fio_requirements.txt. The whole module takes about 20 seconds.
 """
 
 from __future__ import annotations
@@ -36,11 +36,10 @@ import pytest
 from slowdown.analysis.cli.import_fio import import_fio
 from slowdown.analysis.fio.layout import Layout
 from slowdown.analysis.store import Selection, Store
-from tests.cli_runner import runner
-from tests.faultfs.realfs import ext4_image
-from tests.fixtures_fs import require_root
+from tests.kit.cli_runner import runner
+from tests.kit.faultfs.realfs import ext4_image
+from tests.kit.fixtures_fs import require_root
 
-SAMPLES = Path(__file__).resolve().parents[2] / "shared" / "data" / "fio"
 FIOLOGPARSER = Path("/usr/share/doc/fio/fiologparser_hist.py.gz")
 NS = Layout(29)
 RUNTIME = 4  # seconds of fio
@@ -61,7 +60,8 @@ def rows(text: str) -> list[dict[str, str]]:
 def fio(tmp_path_factory) -> SimpleNamespace:
     """One fio run: h_clat_hist.{1..4}.log (job 4 at coarseness 3), l_clat.{1..4}.log."""
     require_root("the fio run (a loop-mounted ext4 for O_DIRECT)")
-    assert shutil.which("fio"), "fio is missing: apt-get install fio (tests/fio_requirements.txt)"
+    assert shutil.which("fio"), \
+        "fio is missing: apt-get install fio (tests/kit/fio_requirements.txt)"
     base = tmp_path_factory.mktemp("fio")
     logs = base / "logs"
     logs.mkdir()
@@ -168,10 +168,10 @@ def test_noweight_agrees_with_fiologparser(fio, fiologparser):
                         NS, weighted=False)
 
 
-def test_no_options_give_fiologparsers_percentiles(fio, fiologparser):
+def test_no_options_give_fiologparsers_percentiles(fio, fiologparser, fio_sample):
     """The same command line, no options, on logs of real fio: the same percentiles (within
-    one bin), both for the run here and for the shared sample."""
-    for files in (fio.hist[:3], sorted(SAMPLES.glob("h_clat_hist.*.log"))):
+    one bin), both for the run here and for the session's sample (four jobs)."""
+    for files in (fio.hist[:3], fio_sample.hist):
         assert_within_a_bin(ours(*files), theirs(fiologparser, *files), NS, weighted=True)
     assert_within_a_bin(ours(fio.hist[3]), theirs(fiologparser, fio.hist[3]), Layout(29, 3),
                         weighted=True)
@@ -218,9 +218,8 @@ def test_help_says_which_columns_are_fiologparsers_and_they_are(fio, fiologparse
         assert all(abs(float(x[k]) / float(y[k]) - 1) < 0.008 for k in ["min", *close, "max"])
 
 
-def test_the_shared_sample_agrees_with_fiologparser(fiologparser):
-    fine = sorted(SAMPLES.glob("h_clat_hist.*.log"))
-    coarse = SAMPLES / "coarse3" / "h_clat_hist.1.log"
+def test_the_session_sample_agrees_with_fiologparser(fiologparser, fio_sample):
+    fine, coarse = fio_sample.hist, fio_sample.coarse
     assert_within_a_bin(ours("--noweight", *fine), theirs(fiologparser, "--noweight", *fine),
                         NS, weighted=False)
     assert_within_a_bin(ours("--weighted", *fine), theirs(fiologparser, *fine), NS,

@@ -1,5 +1,5 @@
 """The verdict in the outage it exists for: the fleet's published copies on a FUSE mount
-(tests/faultfs) that hangs, or that answers ENOTCONN, read by the real `slowdown` as a
+(tests/kit/faultfs) that hangs, or that answers ENOTCONN, read by the real `slowdown` as a
 subprocess. It answers within 3 s with the verdict and its reason: "filesystem" when the
 copies lie on the filesystem whose ops fail here, else "unknown" with the errno or the
 time-out; never a hang, never "no such database". The reading child itself (a hung call
@@ -27,9 +27,9 @@ from slowdown.analysis.store.bounded import (
     stuck_children,
 )
 from slowdown.analysis.store.records import Record, minute_of
-from tests.faultfs import FaultFS
-from tests.reliabilitykit import offset_env, offset_to
-from tests.servicekit import (
+from tests.kit.faultfs import FaultFS
+from tests.kit.reliabilitykit import offset_env, offset_to
+from tests.kit.servicekit import (
     TargetSpec,
     probe_cli,
     records,
@@ -38,9 +38,9 @@ from tests.servicekit import (
     wait_for,
     write_config,
 )
-from tests.test_verdict import AT, HOSTS, MINUTES, T0, host_db
+from tests.kit.verdictkit import AT, HOSTS, MINUTES, T0, host_db
 
-pytest_plugins = ["tests.fixtures_fs"]
+pytest_plugins = ["tests.kit.fixtures_fs"]
 
 ANSWER_WITHIN = 3.0  # seconds: the issue's bound for `slowdown` over a failing fleet source
 GIVE_UP = 15.0  # seconds: a command still running then is hung

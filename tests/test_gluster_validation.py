@@ -12,26 +12,14 @@ import time
 import pytest
 
 from slowdown.analysis.words import MD_OPS
-from tests.iorkit import ior_bin
-from tests.testbed.nodes import Testbed
-from tests.testbed.results import per_minute, rebaseline
+from tests.kit.iorkit import ior_bin, mdtest_hard, sleep_until
+from tests.kit.testbed.nodes import Testbed
+from tests.kit.testbed.results import per_minute, rebaseline
 
 pytestmark = [pytest.mark.root, pytest.mark.slow, pytest.mark.testbed,
               pytest.mark.timeout(420)]
 
 MIN_BASELINE = 45  # seconds of quiet samples before the quiet minute that is checked
-
-
-def sleep_until(t: float) -> None:
-    time.sleep(max(0.0, t - time.time()))
-
-
-def mdtest_hard(seconds: int) -> list[str]:
-    """IO500's mdtest-hard write phase: 3,901-byte files in one shared directory, stopped
-    after ``seconds`` (stonewall)."""
-    return ["mpiexec", "--allow-run-as-root", "--oversubscribe", "-np", "2",
-            str(ior_bin() / "mdtest"), "-n", "1000000", "-t", "-w", "3901", "-e", "3901",
-            "-P", "-N", "1", "-F", "-d", "load/mdt_hard", "-C", "-W", str(seconds)]
 
 
 def test_mdtest_hard_burst_seen_by_both_nodes(root_only) -> None:

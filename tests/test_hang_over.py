@@ -20,10 +20,10 @@ from slowdown.analysis.alerts import evaluate
 from slowdown.analysis.config import load_config
 from slowdown.analysis.store import Store
 from slowdown.probe.runtime.recorder import Recorder
-from tests.datakit import utc
-from tests.faultfs import FaultFS
-from tests.reliabilitykit import offset_env, offset_to
-from tests.servicekit import (
+from testdata.datakit import utc
+from tests.kit.faultfs import FaultFS
+from tests.kit.reliabilitykit import offset_env, offset_to
+from tests.kit.servicekit import (
     TargetSpec,
     probe_cli,
     records,
@@ -227,7 +227,7 @@ def test_every_read_path_takes_the_stuck_age_of_each_hosts_latest_record(tmp_pat
     from slowdown.analysis.stats import series
     from slowdown.analysis.store import Selection, aggregate
     from slowdown.analysis.store.cluster_windows import nested_windows
-    from tests.datakit import fill, lognormal
+    from testdata.datakit import fill, lognormal
 
     end = NOV + 120 * 60
     fill(tmp_path / "n0.db", NOV, 120, lognormal(0.001), host="n0", ops=("md-stat",),

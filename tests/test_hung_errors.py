@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from slowdown.analysis.words import OPS
-from tests.faultfs import FaultFS
-from tests.servicekit import (
+from tests.kit.faultfs import FaultFS
+from tests.kit.servicekit import (
     TargetSpec,
     live,
     probe_cli,
@@ -25,7 +25,7 @@ from tests.servicekit import (
     wait_for,
     write_config,
 )
-from tests.test_worker import Worker, workspace
+from tests.kit.workerkit import Worker, workspace
 
 pytestmark = pytest.mark.root
 

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.iorkit import md_workbench
-from tests.servicekit import (
+from tests.kit.iorkit import md_workbench
+from tests.kit.servicekit import (
     TargetSpec,
     output,
     probe_cli,

@@ -3,8 +3,6 @@ service's own database, and scrapes that answer at once while a target hangs."""
 
 from __future__ import annotations
 
-import contextlib
-import socket
 import time
 import urllib.request
 from pathlib import Path
@@ -21,29 +19,18 @@ from slowdown.analysis.stats.slowdown import target_slowdowns
 from slowdown.analysis.store import Store
 from slowdown.probe.daemon.service import Service
 from slowdown.probe.exporters.metrics import EXPORT_SCALE, bucket_bounds, series_budget
-from tests.datakit import fill, lognormal, utc
-from tests.faultfs import FaultFS
-from tests.servicekit import live, probe_cli, start_service, stop_service, wait_for
+from testdata.datakit import fill, lognormal, utc
+from tests.kit.faultfs import FaultFS
+from tests.kit.metricskit import config_text, free_port
+from tests.kit.servicekit import (
+    live,
+    probe_cli,
+    start_service,
+    unclean_stop,
+    wait_for,
+)
 
 OPS = ("data-read", "data-write", "md-stat", "md-read", "md-delete", "md-write")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def config_text(database: Path, host: str, targets: dict[str, Path], metrics: str | None,
-                **top: str) -> str:
-    lines = [f'database = "{database}"', f'host = "{host}"']
-    lines += [f'{k} = "{v}"' for k, v in top.items()]
-    for name, path in targets.items():
-        lines += ["[[target]]", f'name = "{name}"', f'path = "{path}"', 'data_size = "16MiB"',
-                  "pool_files = 100", "pool_dirs = 10"]
-    if metrics is not None:
-        lines += ["[metrics]"] + ([f'listen = "{metrics}"'] if metrics else [])
-    return "\n".join(lines) + "\n"
 
 
 def service(tmp_path: Path, host: str = "n1", targets=("work",), metrics: str | None = "",
@@ -204,10 +191,8 @@ def test_a_scrape_answers_in_under_a_second_while_a_target_hangs(tmp_path):
                 time.sleep(0.5)
         finally:
             fs.release()
-            with contextlib.suppress(AssertionError):
-                stop_service(proc, timeout=20)
-            if proc.poll() is None:
-                proc.kill()
+            unclean = unclean_stop(proc, timeout=20)
+    assert unclean is None, unclean  # the target released, SIGTERM stops the service
     assert max(took) < 1.0, took
     assert stuck[-1]["hung"] >= 9, stuck[-1]
     assert all(s.get("healthy", 0.0) == 0.0 for s in stuck)  # never stuck

@@ -16,11 +16,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bench.bench_migrate import build, copy_database, digest, migrate_sql
 from slowdown.analysis.histogram import Histogram, codec
 from slowdown.analysis.store import Store, StoreError, schema
 from slowdown.probe.runtime.systemd_notify import MigrationProgress
-from tests.migrationkit import gaps, migrate_under_notify
+from testdata.migrationdata import build, copy_database, digest, migrate_sql
+from tests.kit.migrationkit import gaps, migrate_under_notify
 
 T0 = 1_767_225_600  # 2026-01-01T00:00:00Z
 

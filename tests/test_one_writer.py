@@ -1,8 +1,8 @@
 """One writer per database, one service per workspace, and databases kept off shared filesystems.
 
-The real service runs as a subprocess (tests/servicekit.py). A lock "on another host" is a
+The real service runs as a subprocess (tests/kit/servicekit.py). A lock "on another host" is a
 helper process that writes a holder naming another machine into the lock file and holds its
-flock; a FUSE mount (tests/faultfs) stands for a network filesystem, as mountinfo names it
+flock; a FUSE mount (tests/kit/faultfs) stands for a network filesystem, as mountinfo names it
 ``fuse.faultfs``.
 """
 
@@ -22,9 +22,9 @@ import pytest
 
 from slowdown.analysis.store.filesystem import filesystem_of, parse_mountinfo
 from slowdown.probe.locks.lock_file import utc
-from tests.faultfs import FaultFS
-from tests.fixtures_fs import require_root
-from tests.servicekit import (
+from tests.kit.faultfs import FaultFS
+from tests.kit.fixtures_fs import require_root
+from tests.kit.servicekit import (
     output,
     probe_cli,
     start_service,
@@ -157,37 +157,47 @@ def test_a_database_on_fuse_is_refused_with_its_reason_and_allowed_with_the_key(
     assert (faultfs.backing / "db" / "slowdown.db").stat().st_size > 0
 
 
+# The machine's /var/tmp, where the moved default's directory may be left from an earlier run,
+# replaced in the service's and the reader's processes by a fresh one: the directory is new.
+LOCAL_ROOT_SITE = """
+import os
+from pathlib import Path
+from slowdown.analysis.config import defaults
+defaults.LOCAL_DATA_ROOT = Path(os.environ["SLOWDOWN_TEST_LOCAL_DATA_ROOT"])
+"""
+
+
 def test_the_built_in_default_moves_off_a_shared_home_and_the_reader_finds_it(tmp_path,
                                                                              faultfs):
     host = f"t{uuid.uuid4().hex[:12]}"
-    env = {"XDG_DATA_HOME": str(faultfs.mountpoint / "xdg"), "STATE_DIRECTORY": ""}
+    local_root = tmp_path / "var-tmp"  # as /var/tmp: anyone's to write in, sticky
+    local_root.mkdir()
+    local_root.chmod(0o1777)
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(LOCAL_ROOT_SITE)
+    path = os.environ.get("PYTHONPATH", "")
+    env = {"XDG_DATA_HOME": str(faultfs.mountpoint / "xdg"), "STATE_DIRECTORY": "",
+           "SLOWDOWN_TEST_LOCAL_DATA_ROOT": str(local_root),
+           "PYTHONPATH": f"{site}{os.pathsep}{path}" if path else str(site)}
     config = prepared(tmp_path, "default", default_database=True, host=host)
-    moved = Path(f"/var/tmp/slowdown-{os.getuid()}/slowdown-{host}.db")
-    made_dir = not moved.parent.exists()
-    try:
-        shown = subprocess.run([sys.executable, "-m", "slowdown.probe.command.main", "--config",
-                                str(config), "check-config"], capture_output=True, text=True,
-                               env={**os.environ, **env}, timeout=60)
-        assert shown.returncode == 0, shown.stderr
-        assert f"database       {moved}" in shown.stdout, shown.stdout
-        assert "which is on fuse.faultfs" in shown.stdout
-        code, text = run_briefly(config, "--duration", "2s", env=env)
-        assert code == 0, text
-        assert f"database {moved}: the built-in default, not in {faultfs.mountpoint}" in text
-        assert moved.exists() and not (faultfs.backing / "xdg").exists()
-        assert oct(moved.parent.stat().st_mode & 0o777) == "0o700" or not made_dir
-        read = subprocess.run([sys.executable, "-m", "slowdown.analysis.cli", "--config",
-                               str(config), "stats", "--json"], capture_output=True, text=True,
-                              env={**os.environ, **env}, timeout=60)
-        assert read.returncode == 0, read.stderr
-        assert {op["target"] for op in json.loads(read.stdout)["ops"]} == {"t"}
-    finally:
-        for suffix in ("", "-wal", "-shm", ".lock", ".live.json"):
-            with contextlib.suppress(FileNotFoundError):
-                Path(f"{moved}{suffix}").unlink()
-        if made_dir:
-            with contextlib.suppress(OSError):
-                moved.parent.rmdir()
+    moved = local_root / f"slowdown-{os.getuid()}" / f"slowdown-{host}.db"
+    shown = subprocess.run([sys.executable, "-m", "slowdown.probe.command.main", "--config",
+                            str(config), "check-config"], capture_output=True, text=True,
+                           env={**os.environ, **env}, timeout=60)
+    assert shown.returncode == 0, shown.stderr
+    assert f"database       {moved}" in shown.stdout, shown.stdout
+    assert "which is on fuse.faultfs" in shown.stdout
+    code, text = run_briefly(config, "--duration", "2s", env=env)
+    assert code == 0, text
+    assert f"database {moved}: the built-in default, not in {faultfs.mountpoint}" in text
+    assert moved.exists() and not (faultfs.backing / "xdg").exists()
+    assert oct(moved.parent.stat().st_mode & 0o777) == "0o700"
+    read = subprocess.run([sys.executable, "-m", "slowdown.analysis.cli", "--config",
+                           str(config), "stats", "--json"], capture_output=True, text=True,
+                          env={**os.environ, **env}, timeout=60)
+    assert read.returncode == 0, read.stderr
+    assert {op["target"] for op in json.loads(read.stdout)["ops"]} == {"t"}
 
 
 # -- one writer per database, one service per workspace ------------------------------------

@@ -4,7 +4,6 @@ process, runner and recorder, with the built-in ones, without a line of theirs c
 
 from __future__ import annotations
 
-import os
 import time
 from pathlib import Path
 
@@ -12,12 +11,8 @@ import pytest
 
 from slowdown.analysis.config import DataSize, Target
 from slowdown.analysis.words import OPS
-from slowdown.probe.layout.names import MANIFEST_NAME, STATE_FILES, WORKSPACE_FILES
+from slowdown.probe.layout.names import STATE_FILES, WORKSPACE_FILES
 from slowdown.probe.probes import (
-    Place,
-    Probe,
-    Report,
-    Result,
     probe_ops,
     probe_state_files,
     register,
@@ -27,39 +22,16 @@ from slowdown.probe.probes import (
 from slowdown.probe.runtime.recorder import Recorder
 from slowdown.probe.runtime.runner import TargetRunner
 from slowdown.probe.workspaces.prepare import Workspace, prepare
+from tests.kit.tiny_probe import TinyProbe
 
 ROOT = Path(__file__).resolve().parent.parent
 MIB = 1 << 20
 
 
-class TinyProbe(Probe):
-    """Two ops on the workspace's MANIFEST: a stat and a whole read, each timed."""
-
-    name = "tiny"
-    ops = ("tiny-stat", "tiny-read")
-
-    def __init__(self, path: str) -> None:
-        self.path = path
-
-    @classmethod
-    def open(cls, workspace: Path, *, sync: bool = False) -> TinyProbe:
-        return cls(str(workspace / MANIFEST_NAME))
-
-    def step(self, report: Report) -> None:
-        t0 = time.perf_counter()
-        os.stat(self.path)
-        report(Result("tiny-stat", time.perf_counter() - t0, where=Place(self.path)))
-        t0 = time.perf_counter()
-        with open(self.path, "rb") as f:
-            size = len(f.read())
-        report(Result("tiny-read", time.perf_counter() - t0, where=Place(self.path, 0)))
-        assert size > 0
-
-
 SITECUSTOMIZE = f"""import sys
 sys.path.insert(0, {str(ROOT)!r})
 from slowdown.probe.probes import register
-from tests.test_probe_registry import TinyProbe
+from tests.kit.tiny_probe import TinyProbe
 register(TinyProbe)
 """
 

@@ -23,9 +23,9 @@ from slowdown.probe.layout.md_status import (
 from slowdown.probe.probes.data import DIRECT, FADVISE, DataProbe
 from slowdown.probe.probes.md import MdProbe, PoolLayout
 from slowdown.probe.workspaces.prepare import Workspace, prepare
-from tests.faultfs.mounts import run
-from tests.faultfs.realfs import ext4_image, ramfs, tmpfs
-from tests.iorkit import md_workbench
+from tests.kit.faultfs.mounts import run
+from tests.kit.faultfs.realfs import ext4_image, ramfs, tmpfs
+from tests.kit.iorkit import md_workbench
 
 HOST = "node-a"
 MIB = 1 << 20

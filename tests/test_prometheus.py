@@ -19,8 +19,7 @@ import pytest
 from slowdown.analysis.histogram import mapping_for, rank
 from slowdown.analysis.store import Selection, Store, aggregate
 from slowdown.probe.exporters.metrics import EXPORT_SCALE, bucket_bounds
-from tests.servicekit import output, probe_cli, start_service, stop_service, wait_for
-from tests.test_grafana import (
+from tests.kit.grafanakit import (
     FLEET,
     grafana_reader,
     interpolate,
@@ -30,7 +29,15 @@ from tests.test_grafana import (
     run,
     run_node_dashboard,
 )
-from tests.test_metrics import config_text, free_port
+from tests.kit.metricskit import config_text, free_port
+from tests.kit.servicekit import (
+    output,
+    probe_cli,
+    start_service,
+    stop_service,
+    unclean_stop,
+    wait_for,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 RULES = ROOT / "prometheus" / "slowdown.rules.yml"
@@ -166,10 +173,7 @@ def fleet(tmp_path_factory):
         time.sleep(2)  # a few more scrapes after the flush
         yield f
     finally:
-        for proc in services.values():
-            if proc.poll() is None:
-                with contextlib.suppress(AssertionError):
-                    stop_service(proc)
+        unclean = {host: unclean_stop(proc) for host, proc in services.items()}
         prometheus.terminate()
         try:
             prometheus.wait(15)
@@ -177,6 +181,8 @@ def fleet(tmp_path_factory):
             prometheus.kill()
             prometheus.wait()
         log.close()
+    # The services a test left running stop cleanly on SIGTERM too.
+    assert not any(unclean.values()), unclean
 
 
 def fleet_values() -> dict[str, object]:

@@ -15,7 +15,7 @@ from slowdown.analysis.histogram import Histogram
 from slowdown.analysis.report.provision import Goal, estimate, parse_goal, per_node_figures
 from slowdown.analysis.store import Selection, Store
 from slowdown.analysis.store.records import Record
-from tests.datakit import utc
+from testdata.datakit import utc
 
 NOV = utc(2026, 11, 1)
 TRIALS = 20_000

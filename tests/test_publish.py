@@ -1,7 +1,7 @@
 """Publishing a node's database to a shared directory (probe/exporters/publish.py,
-probe/exporters/jobs.py): real SQLite files, real child processes killed with SIGKILL, real
-read-only and full filesystems (tmpfs), the real ``slowdown`` reading the copies while they
-are replaced."""
+probe/exporters/jobs.py):
+real SQLite files, real child processes killed with SIGKILL, real read-only and full
+filesystems (tmpfs), the real ``slowdown`` reading the copies while they are replaced."""
 
 from __future__ import annotations
 
@@ -28,11 +28,11 @@ from slowdown.probe.command.main import describe_config
 from slowdown.probe.command.main import main as probe_main
 from slowdown.probe.exporters.jobs import PublishJob
 from slowdown.probe.exporters.publish import PublishError, publish, published_by, temp_path
-from tests.cli_runner import runner
-from tests.datakit import fill, lognormal
-from tests.faultfs.realfs import run, tmpfs
-from tests.fixtures_fs import require_root
-from tests.servicekit import wait_for
+from testdata.datakit import fill, lognormal
+from tests.kit.cli_runner import runner
+from tests.kit.faultfs.realfs import run, tmpfs
+from tests.kit.fixtures_fs import require_root
+from tests.kit.servicekit import wait_for
 
 HOST = "n1"
 
@@ -117,7 +117,8 @@ def test_a_publish_killed_at_any_moment_leaves_the_previous_or_the_new_whole_cop
     def start() -> tuple[subprocess.Popen, Path, float]:
         """A publishing process, once its temporary file is there (the copy begun)."""
         child = subprocess.Popen([sys.executable, "-m", "slowdown.probe.exporters.publish",
-                                  str(source), str(shared), HOST], stdout=subprocess.DEVNULL)
+                                  str(source),
+                                  str(shared), HOST], stdout=subprocess.DEVNULL)
         temp = temp_path(shared, HOST, child.pid)
         deadline = time.monotonic() + 20
         while not temp.exists() and child.poll() is None and time.monotonic() < deadline:

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.datakit import fill, lognormal
-from tests.fixtures_fs import require_root
-from tests.servicekit import records, start_service, stop_service, wait_for
+from testdata.datakit import fill, lognormal
+from tests.kit.fixtures_fs import require_root
+from tests.kit.servicekit import records, start_service, stop_service, wait_for
 
 pytestmark = pytest.mark.timeout(120)
 

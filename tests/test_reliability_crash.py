@@ -1,6 +1,6 @@
 """kill -9, twenty-five times: the database stays whole and at most the minute in progress is lost.
 
-See tests/crashloop.py for what each cycle injects and checks; tests/long/test_crash_long.py
+See tests/kit/crashloop.py for what each cycle injects and checks; tests/long/test_crash_long.py
 runs the same loop a few hundred times (docs/RELIABILITY.md has its counts).
 """
 
@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from tests.crashloop import crash_loop, summary
+from tests.kit.crashloop import crash_loop, summary
 
 CYCLES = 25  # ~2.6 s each; the long form runs 400
 

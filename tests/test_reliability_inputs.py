@@ -36,11 +36,11 @@ from slowdown.analysis.config import ConfigError, loads
 from slowdown.analysis.store import schema
 from slowdown.analysis.units import parse_duration
 from slowdown.probe.command.main import main as probe_main
-from tests.datakit import fill, lognormal
-from tests.reliabilitykit import sha256
-from tests.servicekit import TargetSpec, write_config
-from tests.test_config import _cases, marked_line
-from tests.test_fio_import import write_hist, write_lat
+from testdata.datakit import fill, lognormal
+from tests.kit.configkit import _cases, marked_line
+from tests.kit.fiologs import write_hist, write_lat
+from tests.kit.reliabilitykit import sha256
+from tests.kit.servicekit import TargetSpec, write_config
 
 # CI: 60 fixed examples each; SLOWDOWN_FUZZ_EXAMPLES=N explores N fresh ones (random seed).
 EXAMPLES = int(os.environ.get("SLOWDOWN_FUZZ_EXAMPLES", "0"))

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.fixtures_fs import require_root
-from tests.servicekit import TargetSpec, probe_cli, records, write_config
+from tests.kit.fixtures_fs import require_root
+from tests.kit.servicekit import TargetSpec, probe_cli, records, write_config
 
 HOST = "testhost"
 

@@ -19,10 +19,10 @@ from collections import Counter
 import pytest
 
 from slowdown.analysis.words import OPS
-from tests.faultfs import FaultFS
-from tests.fixtures_fs import require_root
-from tests.reliabilitykit import ext4_volume, snapshot
-from tests.servicekit import (
+from tests.kit.faultfs import FaultFS
+from tests.kit.fixtures_fs import require_root
+from tests.kit.reliabilitykit import ext4_volume, snapshot
+from tests.kit.servicekit import (
     TargetSpec,
     live,
     output,

@@ -10,71 +10,36 @@ half-way (a baseline change in the range).
 
 from __future__ import annotations
 
-import html
-import json
 import math
 import re
-import struct
 import sys
 import time
 from pathlib import Path
 
 import numpy as np
 import pytest
-from click.testing import CliRunner
 
-from slowdown.analysis.cli.main import main
-from slowdown.analysis.histogram import Histogram
 from slowdown.analysis.report.provision import estimate, per_node_figures
-from slowdown.analysis.stats import baseline
 from slowdown.analysis.store import Selection, Store
-from slowdown.analysis.store.records import NodeContext, Record
-from tests.datakit import OPS, fill, lognormal, utc
+from testdata.datakit import OPS, fill, lognormal
+from tests.kit.reportkit import (
+    AT,
+    FIO_ROWS,
+    NOV,
+    REBASELINE,
+    epoch,
+    history_rows,
+    node_values,
+    report_database,
+    run,
+)
 
 CHROMIUM = "/usr/bin/chromium"
-NOV = utc(2026, 11, 1)
-AT = "2026-11-01T03:00:00Z"  # three hours of data written from NOV
-REBASELINE = NOV + 90 * 60
-STUCK_MINUTE = NOV + 100 * 60
-FIO_START_MS = (NOV + 30 * 60) * 1000
-FIO_ROWS = [(FIO_START_MS + t, 40_000 + 7 * t, t // 50 % 2) for t in range(0, 240_000, 50)]
-
-
-def run(*args: str):
-    result = CliRunner().invoke(main, [str(a) for a in args], catch_exceptions=False)
-    return result.exit_code, result.output
-
-
-def node_values(m: int) -> dict:
-    return {"load1": 1.0 + m % 7, "cpu": 20.0 + m % 50, "memory": 40.0,
-            "disk_read_bytes": 1_000_000 * m, "disk_write_bytes": 500_000,
-            "net_rx_bytes": 60_000, "net_tx_bytes": 0}
 
 
 @pytest.fixture(scope="module")
 def db(tmp_path_factory) -> Path:
-    path = tmp_path_factory.mktemp("report") / "n1.db"
-    fill(path, NOV, 180, lognormal(0.001, 0.3), targets=("work",),
-         ops=[op for op in OPS if op != "md-read"])
-    fill(path, NOV, 150, lognormal(0.002, 0.3), targets=("work",), ops=("md-read",), seed=1)
-    fill(path, NOV + 150 * 60, 10, lognormal(0.010, 0.3), targets=("work",), ops=("md-read",),
-         seed=2)
-    fill(path, NOV + 160 * 60, 20, lognormal(0.002, 0.3), targets=("work",), ops=("md-read",),
-         seed=3)
-    fill(path, NOV, 180, lognormal(0.0005, 0.5), targets=("home",), ops=("data-read", "md-stat"),
-         seed=4)
-    with Store(path) as store:
-        store.write(
-            [Record("n1", "work", "md-stat", STUCK_MINUTE, Histogram(), errors=3, skipped=2,
-                    stuck=12.0, stuck_end=12.0),  # still in flight as the minute ended
-             Record("n1", "work", "md-stat", STUCK_MINUTE + 60, Histogram(), errors=1)],
-            [NodeContext("n1", NOV + 60 * m, node_values(m)) for m in range(180)])
-    lat = path.parent / "l_clat.1.log.nodeA"
-    lat.write_text("".join(f"{t}, {v}, {d}, 4096, 0\n" for t, v, d in FIO_ROWS))
-    assert run("import-fio", "--into-db", "fio-run", "--db", path, lat)[0] == 0
-    with Store(path) as store:
-        baseline.rebaseline(store, REBASELINE, "new OSTs", NOV, REBASELINE)
-    return path
+    return report_database(tmp_path_factory)
 
 
 @pytest.fixture(scope="module")
@@ -142,21 +107,6 @@ def recorded(db: Path, column: str, target: str, op: str | None = None) -> float
             f"SELECT coalesce({how}(r.{column}), 0) FROM minutes r JOIN series s ON "
             "s.id = r.series WHERE s.target = ? AND s.op GLOB ? AND r.start >= ? AND "
             "r.start < ?", (target, op or "*", NOV, NOV + 180 * 60)).fetchone()[0]
-
-
-def history_rows(db: Path, every: str, *stats: str, at: str = AT,
-                 since: str = "3h") -> list[dict]:
-    args = ["history", "--db", db, "--at", at, "--since", since, "--every", every,
-            "--format", "json"]
-    for s in stats:
-        args += ["--stat", s]
-    code, text = run(*args)
-    assert code == 0, text
-    return json.loads(text)["rows"]
-
-
-def epoch(iso: str) -> int:
-    return int(np.datetime64(iso.rstrip("Z"), "s").astype(np.int64))
 
 
 # -- the page's script and style sheet -----------------------------------------------------------
@@ -366,157 +316,6 @@ def test_a_range_without_data_still_renders(browser, db, tmp_path):
         assert page.page.locator("text=no records in this range").count() == 6 + 2 + 2
     finally:
         page.page.close()
-
-
-# -- a long range, hour records, PNG images, bad input --------------------------------------------
-
-def html_figures(path: Path) -> dict[str, dict]:
-    """Each figure's JSON block, read from the file without a browser."""
-    found = re.findall(r'<figure class="chart" id="([^"]+)".*?<script type="application/json">'
-                       r"(.*?)</script></figure>", path.read_text(), flags=re.S)
-    return {fig_id: json.loads(html.unescape(text)) for fig_id, text in found}
-
-
-def report_figures(path: Path, out: Path, at: str, since: str, *args: str) -> dict[str, dict]:
-    """The figures of ``slowdown report`` of database ``path`` written to ``out``."""
-    code, text = run("report", "--db", path, "--at", at, "--since", since, *args, "-o", out)
-    assert code == 0, text
-    return html_figures(out)
-
-
-def test_a_window_shorter_than_a_column_shows_each_columns_worst(db, tmp_path):
-    d = report_figures(db, tmp_path / "long.html", "2026-11-02T02:00:00Z", "2d", "--target",
-                       "work", "--op", "md-*")["timeline-work"]
-    assert d["step"] == 120 and d["t0"] == NOV - 86400 + 7200
-    (one,) = [s for s in d["series"] if s["window"] == 60 and s["statistic"] == "median"]
-    assert one["reduced"] and one["step"] == 120
-    per_minute: dict[int, float] = {}
-    for r in history_rows(db, "1m", "median", at="2026-11-02T02:00:00Z", since="2d"):
-        if r["op"].startswith("md-") and r["target"] == "work" and r["slowdown_median"]:
-            t = epoch(r["time"])
-            per_minute[t] = max(per_minute.get(t, 0.0), r["slowdown_median"])
-    for i, v in enumerate(one["values"]):
-        t = d["t0"] + i * 120
-        pair = [per_minute[m] for m in (t, t + 60) if m in per_minute]
-        assert (v is None) == (not pair)
-        if pair:
-            assert v == pytest.approx(max(pair), rel=1e-5)
-
-
-def test_hour_records_make_hour_columns(tmp_path):
-    path = tmp_path / "rolled.db"
-    fill(path, NOV, 240, lognormal(0.001, 0.3), ops=("md-stat",))
-    with Store(path) as store:
-        assert store.rollup(NOV + 2 * 3600) == 120  # the first two hours become hour records
-    figures = report_figures(path, tmp_path / "r.html", "2026-11-01T04:00:00Z", "4h")
-    heat, pct = figures["heatmap-work-md-stat"], figures["percentiles-work-md-stat"]
-    assert heat["step"] == pct["step"] == 3600 and heat["columns"] == 4
-    assert heat["total"] == sum(pct["count"]) == 240 * 60
-    assert pct["count"] == [3600] * 4
-    d = figures["x_or_better-work-md-stat"]
-    assert d["minutes"] == 120  # per-node figures come from minute records only
-
-
-def test_each_heat_map_takes_the_scale_of_its_own_records(tmp_path):
-    """A minute stored at a coarse scale (a hang beside fast answers) coarsens the heat map of
-    its own op, not the others', and every op's counts stay whole."""
-    path = tmp_path / "scales.db"
-    fill(path, NOV, 30, lognormal(0.001, 0.3), ops=("md-stat", "md-read"))
-    coarse = Histogram()
-    coarse.record_many(np.random.default_rng(3).lognormal(np.log(0.001), 0.3, 60))
-    coarse.downscale(2)
-    with Store(path) as store:
-        store.write([Record("n9", "work", "md-read", NOV + 10 * 60, coarse)])
-    figures = report_figures(path, tmp_path / "r.html", "2026-11-01T00:30:00Z", "30m")
-    stat, read = figures["heatmap-work-md-stat"], figures["heatmap-work-md-read"]
-    assert (stat["scale"], read["scale"]) == (5, 2)
-    assert stat["total"] == 30 * 60 and read["total"] == 31 * 60
-
-
-def png_size(data: bytes) -> tuple[int, int]:
-    assert data[:8] == b"\x89PNG\r\n\x1a\n" and data[12:16] == b"IHDR"
-    return struct.unpack(">II", data[16:24])
-
-
-def test_png_images_of_the_same_figures(db, tmp_path):
-    out, images = tmp_path / "r.html", tmp_path / "png"
-    code, text = run("report", "--db", db, "--at", AT, "--since", "3h", "--target", "home",
-                     "-o", out, "--png", images)
-    assert code == 0, text
-    names = sorted(p.name for p in images.iterdir())
-    assert names == sorted(["home-timeline.png", *(f"home-{op}-{kind}.png"
-                                                   for op in ("data-read", "md-stat")
-                                                   for kind in ("percentiles", "heatmap",
-                                                                "x-or-better"))])
-    assert len(names) == len(html_figures(out)) == 7
-    for name in names:
-        width, height = png_size((images / name).read_bytes())
-        assert width >= 700 and height >= 300, name
-    assert "7 PNG images" in text
-
-
-def test_png_without_matplotlib_is_refused_before_anything_is_written(db, tmp_path,
-                                                                      monkeypatch):
-    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib -> ImportError
-    out = tmp_path / "r.html"
-    code, text = run("report", "--db", db, "--at", AT, "--since", "3h", "-o", out,
-                     "--png", tmp_path / "png")
-    assert code == 2
-    assert "--png" in text and "pip install 'slowdown[png]'" in text
-    assert not out.exists() and not (tmp_path / "png").exists()
-
-
-@pytest.mark.parametrize(("args", "flag"), [
-    (("--since", "yesterday-ish"), "--since"),
-    (("--since", "1h", "--until", "2h"), "--since"),
-    (("--window", "90s"), "--window"),
-    (("--stat", "q200"), "--stat"),
-    (("--provision", "lots"), "--provision"),
-])
-def test_bad_options_name_the_flag_and_leave_the_output_alone(db, tmp_path, args, flag):
-    out = tmp_path / "r.html"
-    out.write_text("an earlier report\n")
-    code, text = run("report", "--db", db, "--at", AT, "-o", out, *args)
-    assert code == 2, text
-    (error,) = [line for line in text.splitlines() if line.startswith("Error:")]
-    assert flag in error
-    assert out.read_text() == "an earlier report\n"
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["r.html"]
-
-
-@pytest.mark.parametrize("where", ["missing/r.html", "file/r.html", "."])
-def test_an_unwritable_output_is_named(db, tmp_path, where):
-    (tmp_path / "file").write_text("x")
-    before = sorted(p.name for p in tmp_path.iterdir())
-    code, text = run("report", "--db", db, "--at", AT, "--since", "1h", "-o",
-                     tmp_path / where)
-    assert code != 0
-    (error,) = [line for line in text.splitlines() if line.startswith("Error:")]
-    assert "-o/--output" in error
-    assert sorted(p.name for p in tmp_path.iterdir()) == before
-
-
-def test_a_failed_write_leaves_no_partial_file(db, tmp_path, monkeypatch):
-    import slowdown.analysis.atomic_write as report_cli
-
-    out = tmp_path / "r.html"
-    out.write_text("an earlier report\n")
-    real = report_cli.temp_beside
-    calls = []
-
-    def failing(path, data):  # the second file (the first PNG) hits a full disk
-        calls.append(path)
-        if len(calls) == 2:
-            raise OSError(28, "No space left on device")
-        return real(path, data)
-
-    monkeypatch.setattr(report_cli, "temp_beside", failing)
-    code, text = run("report", "--db", db, "--at", AT, "--since", "1h", "--target", "home",
-                     "--op", "md-stat", "-o", out, "--png", tmp_path / "png")
-    assert code == 1 and "--png: cannot write" in text and "No space left" in text
-    assert out.read_text() == "an earlier report\n"
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["png", "r.html"]
-    assert list((tmp_path / "png").iterdir()) == []
 
 
 # -- 30 days of minute data ----------------------------------------------------------------------

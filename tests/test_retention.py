@@ -17,8 +17,8 @@ from slowdown.analysis.store import Store
 from slowdown.analysis.store.records import HOUR, NODE_FIELDS, NodeContext, Record
 from slowdown.analysis.store.retention import KEPT_FROM
 from slowdown.probe.daemon.service import Service
-from tests.cli_runner import runner
-from tests.datakit import utc
+from testdata.datakit import utc
+from tests.kit.cli_runner import runner
 
 DAY = 86400
 T0 = utc(2026, 1, 1)

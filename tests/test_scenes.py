@@ -1,4 +1,4 @@
-"""The scenes of minutes (tests/scenes), run side by side: one waits on its minute boundaries
+"""The scenes of minutes (tests/kit/scenes), run side by side: one waits on its minute boundaries
 while the others work, so together they take about as long as the longest (4.5 minutes, not
 the 8 they would one after the other). Each is reported as a test of its own; a scene that
 failed re-raises its own AssertionError here."""
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.scenes import live_database, said_on_the_line, slow_minutes, writer_locks
+from tests.kit.scenes import live_database, said_on_the_line, slow_minutes, writer_locks
 
 pytestmark = [pytest.mark.root, pytest.mark.slow, pytest.mark.timeout(900)]
 

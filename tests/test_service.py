@@ -11,9 +11,9 @@ import time
 
 import pytest
 
-from tests.faultfs import FaultFS
-from tests.reliabilitykit import offset_env, offset_to
-from tests.servicekit import (
+from tests.kit.faultfs import FaultFS
+from tests.kit.reliabilitykit import offset_env, offset_to
+from tests.kit.servicekit import (
     TargetSpec,
     live,
     probe_cli,

@@ -15,7 +15,7 @@ from slowdown.analysis.stats.slowdown import accurate_window, op_slowdown, targe
 from slowdown.analysis.stats.window import estimate, quantile_ranks
 from slowdown.analysis.store import Selection, Store, aggregate
 from slowdown.analysis.store.records import Aggregate, Record
-from tests.datakit import fill, lognormal, utc
+from testdata.datakit import fill, lognormal, utc
 
 NOV = utc(2026, 11, 1)
 OCT = utc(2026, 10, 1)

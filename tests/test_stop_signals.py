@@ -55,7 +55,11 @@ def test_another_threads_stop_wakes_the_loop_at_once():
     threading.Timer(0.1, stop).start()
     began = time.monotonic()
     assert stops.wait(10.0) and time.monotonic() - began < 5
-    assert not stops.wait(0.05) or event.is_set()
+    assert stops.wait(0.05)  # a stop stays a stop
+    event.clear()
+    began = time.monotonic()
+    assert not stops.wait(0.3)  # the wake's byte was read: no stale wake-up of the next wait
+    assert time.monotonic() - began >= 0.25
     stops.close()
     assert stops._read is None and stops._write is None
     stops.wake()  # after the end: nothing written anywhere

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from slowdown.analysis.histogram import Histogram, codec
 from slowdown.analysis.store import Store, schema
 from slowdown.analysis.store.records import Record
-from tests.datakit import utc
+from testdata.datakit import utc
 
 T0 = utc(2026, 11, 1)
 

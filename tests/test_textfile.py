@@ -1,7 +1,7 @@
 """The metrics as a ``.prom`` file for node_exporter's textfile collector
-(probe/exporters/textfile.py): written by the real service, parsed by prometheus_client's
-parser and served by a real node_exporter; a foreign file, a read-only directory and
-leftovers of a killed writer."""
+(probe/exporters/textfile.py):
+written by the real service, parsed by prometheus_client's parser and served by a real
+node_exporter; a foreign file, a read-only directory and leftovers of a killed writer."""
 
 from __future__ import annotations
 
@@ -20,11 +20,11 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from slowdown.probe.exporters.publish import published_by
 from slowdown.probe.exporters.textfile import TextfileWriter, temp_path
-from tests.faultfs.realfs import run, tmpfs
-from tests.fixtures_fs import require_root
-from tests.servicekit import TargetSpec, start_service, wait_for, wait_service, write_config
+from tests.kit.faultfs.realfs import run, tmpfs
+from tests.kit.fixtures_fs import require_root
+from tests.kit.servicekit import TargetSpec, start_service, wait_for, wait_service, write_config
 
-# A host whose publishing phase within a minute is 0.24 s (exporters/jobs.py): its first copy comes
+# A host whose publishing phase within a minute is 0.24 s (exports.py): its first copy comes
 # 5.24 s after the start.
 HOST = "pubnode90"
 

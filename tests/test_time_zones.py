@@ -20,7 +20,7 @@ from slowdown.analysis.stats.baseline import load, month_start
 from slowdown.analysis.store import Store
 from slowdown.analysis.store.records import Record
 from slowdown.probe.daemon.service import Service
-from tests.datakit import fill, lognormal, utc
+from testdata.datakit import fill, lognormal, utc
 
 BERLIN = {**os.environ, "TZ": "Europe/Berlin"}
 SPRING = utc(2026, 3, 29, 1)  # 02:00 CET, the clocks go to 03:00 CEST

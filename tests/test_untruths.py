@@ -16,7 +16,7 @@ from slowdown.analysis.stats import baseline
 from slowdown.analysis.store import Store, schema
 from slowdown.analysis.store.records import minute_of
 from slowdown.analysis.units import format_latency
-from tests.datakit import fill, lognormal, utc
+from testdata.datakit import fill, lognormal, utc
 
 NOV = utc(2026, 11, 1)
 AT = "2026-11-01T02:00:00Z"  # the end of the two hours written

@@ -19,10 +19,10 @@ import pytest
 from slowdown.analysis.cli.main import main
 from slowdown.analysis.stats.fleet_sources import prometheus_query
 from slowdown.analysis.store.records import minute_of
-from tests.cli_runner import runner
-from tests.servicekit import wait_for
-from tests.test_metrics import free_port
-from tests.test_verdict import MINUTES, host_db
+from tests.kit.cli_runner import runner
+from tests.kit.metricskit import free_port
+from tests.kit.servicekit import wait_for
+from tests.kit.verdictkit import MINUTES, host_db
 
 PEERS = ("n1", "n2", "n3", "n4", "n5")
 

@@ -23,7 +23,7 @@ from slowdown.analysis.store import Selection, Store, aggregate
 from slowdown.analysis.store.records import HOUR, MINUTE, Record
 from slowdown.analysis.view.reader import Reader
 from slowdown.probe.daemon.service import Service
-from tests.datakit import utc
+from testdata.datakit import utc
 
 DAY = utc(2026, 11, 2)
 OPS = ("data-read", "md-stat")

@@ -8,22 +8,18 @@ from __future__ import annotations
 import io
 import json
 import os
-import signal
 import subprocess
 import sys
 import textwrap
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
-from click.testing import CliRunner
 from rich.console import Console
 
 from slowdown.analysis.config import DataSize, Target
-from slowdown.probe.command.workspace_commands import cleanup_command, prepare_command
 from slowdown.probe.layout.errors import (
     ForeignWorkspaceError,
     NoSpaceError,
@@ -37,27 +33,8 @@ from slowdown.probe.probes.worker import Probes
 from slowdown.probe.workspaces.cleanup import cleanup
 from slowdown.probe.workspaces.data_file import STAMP_MAGIC
 from slowdown.probe.workspaces.prepare import Workspace, prepare
-from tests.faultfs.realfs import ext4_image, tmpfs
-
-HOST = "node-a"
-MIB = 1 << 20
-
-
-def make_target(path: Path, *, data_mib: int = 4, files: int = 40, dirs: int = 4,
-                size: int = 3901, name: str = "t") -> Target:
-    return Target(name=name, path=path, data_size=DataSize(bytes=data_mib * MIB),
-                  pool_files=files, pool_dirs=dirs, object_size=size)
-
-
-def tree(root: Path) -> dict[str, tuple[int, int, int]]:
-    """Every entry under root: (inode, size, mtime_ns), without following symlinks."""
-    out = {}
-    for dirpath, dirnames, filenames in os.walk(root):
-        for name in dirnames + filenames:
-            p = Path(dirpath) / name
-            st = os.lstat(p)
-            out[str(p.relative_to(root))] = (st.st_ino, st.st_size, st.st_mtime_ns)
-    return out
+from tests.kit.faultfs.realfs import ext4_image, tmpfs
+from tests.kit.workspacekit import HOST, MIB, kill_when, make_target, tree
 
 
 def all_stamped(path: Path) -> bool:
@@ -221,18 +198,6 @@ def spawn_prepare(target: Target) -> subprocess.Popen:
     """)
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
     return subprocess.Popen([sys.executable, "-c", code], env=env)
-
-
-def kill_when(proc: subprocess.Popen, ready: Callable[[], bool], timeout: float = 20) -> None:
-    deadline = time.monotonic() + timeout
-    try:
-        while not ready():
-            assert proc.poll() is None, "prepare finished before it could be interrupted"
-            assert time.monotonic() < deadline, "prepare made no progress"
-            time.sleep(0.001)
-    finally:
-        proc.send_signal(signal.SIGKILL)
-        proc.wait()
 
 
 def size_of(path: Path) -> int:
@@ -420,256 +385,3 @@ def test_bad_host_names_are_refused(tmp_path: Path) -> None:
         with pytest.raises(WorkspaceError):
             prepare(make_target(tmp_path / "target"), host, progress=False)
     assert not (tmp_path / "target").exists()
-
-
-# --- cleanup -----------------------------------------------------------------------------
-
-
-@pytest.mark.timeout(30)
-def test_cleanup_leaves_strays_and_symlinks_and_removes_the_rest(tmp_path: Path) -> None:
-    target = make_target(tmp_path / "target")
-    prepare(target, HOST, progress=False)
-    ws = Workspace.of(target, HOST).dir
-    outside = tmp_path / "outside"
-    (outside / "0_0").mkdir(parents=True)
-    precious = outside / "precious"
-    precious.write_text("keep me")
-    (outside / "0_0" / "file-0").write_text("also mine")
-    # a stray file, a symlink named like an object, a symlink in place of data.bin
-    (ws / "md" / "0_1" / "notes.txt").write_text("stray")
-    (ws / "md" / "0_2" / "file-3").unlink()
-    (ws / "md" / "0_2" / "file-3").symlink_to(precious)
-    (ws / "data.bin").unlink()
-    (ws / "data.bin").symlink_to(precious)
-    (ws / "md" / "0_4").symlink_to(outside / "0_0")  # not a pool dir: stray
-
-    report = cleanup(target, HOST)
-    assert sorted(report.strays) == ["data.bin", "md/0_1/notes.txt", "md/0_2/file-3",
-                                     "md/0_4"]
-    assert report.manifest_kept
-    assert precious.read_text() == "keep me"
-    assert (outside / "0_0" / "file-0").read_text() == "also mine"
-    assert (ws / "md" / "0_1" / "notes.txt").read_text() == "stray"
-    assert (ws / "md" / "0_2" / "file-3").is_symlink()
-    assert sorted(os.listdir(ws)) == ["MANIFEST", "data.bin", "md"]
-    assert sorted(os.listdir(ws / "md")) == ["0_1", "0_2", "0_4"]
-    assert os.listdir(ws / "md" / "0_1") == ["notes.txt"]
-    assert os.listdir(ws / "md" / "0_2") == ["file-3"]
-
-    for stray in ["md/0_1/notes.txt", "md/0_2/file-3", "data.bin", "md/0_4"]:
-        (ws / stray).unlink()
-    report = cleanup(target, HOST)
-    assert report.strays == [] and not report.manifest_kept
-    assert os.listdir(tmp_path) == ["outside"]
-    assert precious.read_text() == "keep me"
-
-
-@pytest.mark.timeout(30)
-def test_cleanup_never_follows_a_symlinked_pool_or_workspace(tmp_path: Path) -> None:
-    target = make_target(tmp_path / "target")
-    prepare(target, HOST, progress=False)
-    ws = Workspace.of(target, HOST).dir
-    decoy = tmp_path / "decoy"
-    for d in range(4):
-        (decoy / f"0_{d}").mkdir(parents=True)
-        (decoy / f"0_{d}" / "file-0").write_text("x" * 3901)
-    for d in range(4):
-        for name in os.listdir(ws / "md" / f"0_{d}"):
-            (ws / "md" / f"0_{d}" / name).unlink()
-        (ws / "md" / f"0_{d}").rmdir()
-    (ws / "md").rmdir()
-    (ws / "md").symlink_to(decoy)
-    before = tree(decoy)
-    report = cleanup(target, HOST)
-    assert report.strays == ["md"] and report.manifest_kept
-    assert tree(decoy) == before
-
-    # the whole workspace replaced by a symlink to a copy with a MANIFEST
-    (ws / "md").unlink()
-    ws.rename(tmp_path / "moved")
-    ws.symlink_to(tmp_path / "moved")
-    with pytest.raises(UnsafePathError):
-        cleanup(target, HOST)
-    assert (tmp_path / "moved" / "MANIFEST").exists()
-
-
-@pytest.mark.timeout(30)
-def test_cleanup_refuses_a_symlink_in_the_target_path(tmp_path: Path) -> None:
-    (tmp_path / "real").mkdir()
-    target = make_target(tmp_path / "real" / "target")
-    prepare(target, HOST, progress=False)
-    (tmp_path / "link").symlink_to(tmp_path / "real")
-    with pytest.raises(UnsafePathError):
-        cleanup(make_target(tmp_path / "link" / "target"), HOST)
-    assert (tmp_path / "real" / "target" / ".slowdown" / HOST / "MANIFEST").exists()
-
-
-@pytest.mark.timeout(30)
-def test_cleanup_without_a_workspace_does_nothing(tmp_path: Path) -> None:
-    report = cleanup(make_target(tmp_path / "target"), HOST)
-    assert not report.existed and report.removed_files == 0
-
-
-@pytest.mark.timeout(30)
-def test_cleanup_keeps_parents_it_did_not_create_and_other_hosts(tmp_path: Path) -> None:
-    (tmp_path / "target" / ".slowdown").mkdir(parents=True)
-    target = make_target(tmp_path / "target")
-    prepare(target, HOST, progress=False)
-    prepare(target, "node-b", progress=False)
-    assert read_manifest(Workspace.of(target, HOST).dir).parents == []
-    cleanup(target, HOST)
-    assert os.listdir(tmp_path / "target" / ".slowdown") == ["node-b"]
-    cleanup(target, "node-b")
-    assert os.listdir(tmp_path / "target") == [".slowdown"]
-
-
-# --- adopting an md-workbench pool -------------------------------------------------------
-
-
-def md_workbench_pool(ws: Path, dirs: int, per_dir: int, size: int, starts: list[int],
-                      status: str | None) -> None:
-    """The tree `md-workbench -1 -o <ws>/md -D=dirs -P=per_dir -S=size` leaves (followed by
-    benchmark runs when starts > 0): <ws>/md/0_<d>/file-<i>, plus its run-info file."""
-    for d in range(dirs):
-        (ws / "md" / f"0_{d}").mkdir(parents=True)
-        for i in range(starts[d], starts[d] + per_dir):
-            (ws / "md" / f"0_{d}" / f"file-{i}").write_bytes(b"m" * size)
-    if status is not None:
-        (ws / "md-workbench.status").write_text(status)
-
-
-@pytest.mark.timeout(30)
-def test_an_md_workbench_pool_is_adopted_with_its_position(tmp_path: Path) -> None:
-    target = make_target(tmp_path / "target", files=40, dirs=4, size=3901)
-    ws = Workspace.of(target, HOST).dir
-    md_workbench_pool(ws, 4, 10, 3901, [5, 5, 5, 5], "pos: 5\n")
-    objects_before = tree(ws / "md")
-    report = prepare(target, HOST, progress=False)
-    assert report.action == "adopted" and report.position == 20
-    assert report.objects_created == 0 and report.data_written == 4 * MIB
-    assert tree(ws / "md") == objects_before
-    manifest = read_manifest(ws)
-    assert manifest.complete and manifest.pool.adopted and manifest.workspace_adopted
-    assert manifest.pool.first_index == 5 and manifest.pool.position == 20
-    assert (ws / "md-workbench.status").read_text().startswith("pos: 5\n")
-    probe = MdProbe.from_workspace(ws)
-    assert probe.position == 20
-    for _ in range(60):
-        assert probe.step().errors == {}
-    assert prepare(target, HOST, progress=False).action == "unchanged"
-    assert cleanup(target, HOST).strays == []
-    assert os.listdir(tmp_path / "target" / ".slowdown") == []  # it was there before
-
-
-@pytest.mark.timeout(30)
-def test_an_md_workbench_pool_paused_mid_round_is_adopted(tmp_path: Path) -> None:
-    target = make_target(tmp_path / "target", files=40, dirs=4)
-    ws = Workspace.of(target, HOST).dir
-    md_workbench_pool(ws, 4, 10, 3901, [3, 3, 2, 2], None)
-    report = prepare(target, HOST, progress=False)
-    assert report.action == "adopted" and report.position == 2 * 4 + 2
-
-
-@pytest.mark.timeout(30)
-def test_an_md_workbench_status_file_elsewhere_is_honoured(tmp_path: Path) -> None:
-    target = make_target(tmp_path / "target", files=40, dirs=4)
-    ws = Workspace.of(target, HOST).dir
-    md_workbench_pool(ws, 4, 10, 3901, [7, 7, 7, 7], None)
-    elsewhere = tmp_path / "mdw.status"
-    elsewhere.write_text("pos: 6\n")
-    with pytest.raises(ForeignWorkspaceError, match="says pos 6"):
-        prepare(target, HOST, progress=False, md_workbench_status=elsewhere)
-    elsewhere.write_text("pos: 7\n")
-    assert prepare(target, HOST, progress=False,
-                   md_workbench_status=elsewhere).position == 28
-    assert elsewhere.read_text() == "pos: 7\n"
-
-
-@pytest.mark.timeout(30)
-@pytest.mark.parametrize("spoil", ["extra-file", "wrong-size", "missing-object", "extra-dir",
-                                   "status-mismatch", "symlink", "other-entry"])
-def test_anything_but_an_exact_md_workbench_pool_is_foreign(tmp_path: Path,
-                                                            spoil: str) -> None:
-    target = make_target(tmp_path / "target", files=40, dirs=4)
-    ws = Workspace.of(target, HOST).dir
-    md_workbench_pool(ws, 4, 10, 3901, [0, 0, 0, 0], "pos: 0\n")
-    d1 = ws / "md" / "0_1"
-    if spoil == "extra-file":
-        (d1 / "file-x").write_text("x")
-    elif spoil == "wrong-size":
-        (d1 / "file-4").write_bytes(b"m" * 100)
-    elif spoil == "missing-object":
-        (d1 / "file-4").unlink()
-    elif spoil == "extra-dir":
-        (ws / "md" / "0_4").mkdir()
-    elif spoil == "status-mismatch":
-        (ws / "md-workbench.status").write_text("pos: 3\n")
-    elif spoil == "symlink":
-        (d1 / "file-4").unlink()
-        (d1 / "file-4").symlink_to(tmp_path)
-    elif spoil == "other-entry":
-        (ws / "results.txt").write_text("mine")
-    before = tree(tmp_path)
-    with pytest.raises(ForeignWorkspaceError):
-        prepare(target, HOST, progress=False)
-    assert tree(tmp_path) == before
-
-
-# --- command line ------------------------------------------------------------------------
-
-
-@pytest.mark.timeout(30)
-def test_cli_prepare_and_cleanup_selected_targets(tmp_path: Path) -> None:
-    one = make_target(tmp_path / "one", name="one")
-    two = make_target(tmp_path / "two", name="two")
-    config = SimpleNamespace(host=HOST, targets=(one, two))
-    runner = CliRunner()
-    result = runner.invoke(prepare_command, ["--target", "one", "--no-progress"],
-                           obj={"config": config})
-    assert result.exit_code == 0, result.output
-    assert "one: created" in result.output
-    assert (tmp_path / "one" / ".slowdown" / HOST / "MANIFEST").exists()
-    assert not (tmp_path / "two").exists()
-
-    result = runner.invoke(prepare_command, ["--target", "three"], obj={"config": config})
-    assert result.exit_code == 2 and "no target named three" in result.output
-
-    result = runner.invoke(prepare_command, ["--no-progress"], obj={"config": config})
-    assert result.exit_code == 0
-    assert "one: unchanged" in result.output and "two: created" in result.output
-
-    result = runner.invoke(cleanup_command, ["--target", "two"], obj={"config": config})
-    assert result.exit_code == 1 and "--yes" in result.output
-    assert (tmp_path / "two" / ".slowdown").exists()
-
-    (tmp_path / "one" / ".slowdown" / HOST / "md" / "0_0" / "keep.txt").write_text("x")
-    result = runner.invoke(cleanup_command, ["--yes"], obj={"config": config})
-    assert result.exit_code == 1  # a stray stayed
-    assert "md/0_0/keep.txt" in result.output
-    assert not (tmp_path / "two").exists()
-    assert (tmp_path / "one" / ".slowdown" / HOST / "md" / "0_0" / "keep.txt").exists()
-
-
-@pytest.mark.timeout(30)
-def test_cli_reports_a_refusal_on_one_line_and_goes_on(tmp_path: Path) -> None:
-    bad = make_target(Path("/"), name="bad")
-    good = make_target(tmp_path / "good", name="good")
-    config = SimpleNamespace(host=HOST, targets=(bad, good))
-    result = CliRunner().invoke(prepare_command, ["--no-progress"], obj={"config": config})
-    assert result.exit_code == 1
-    assert "slowdown-probe prepare: target bad: target path / is a system directory" in (
-        result.output)
-    assert "good: created" in result.output
-
-
-@pytest.mark.timeout(30)
-def test_cli_takes_the_config_from_a_context_object(tmp_path: Path) -> None:
-    target = make_target(tmp_path / "t", name="t")
-    config = SimpleNamespace(host=HOST, targets=(target,))
-
-    class Context:
-        def config(self) -> SimpleNamespace:
-            return config
-
-    result = CliRunner().invoke(prepare_command, ["--no-progress"], obj=Context())
-    assert result.exit_code == 0, result.output

@@ -1,7 +1,7 @@
 """Readers choose how to open a database by the names beside it, never by opening it: the
 service's own readers run in the writing process, where closing any descriptor of the file
 would drop the writer's POSIX locks (docs/DEVELOPERS.md). The real service under an audit
-hook, with every reader it has: tests/scenes/writer_locks.py.
+hook, with every reader it has: tests/kit/scenes/writer_locks.py.
 """
 
 from __future__ import annotations

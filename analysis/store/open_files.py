@@ -107,7 +107,7 @@ def read_only_uri(path: Path) -> str:
     holds on it, the writer's among them. The next client to close would then take itself
     for the last, checkpoint and delete the ``-wal`` and ``-shm`` files under the writer
     (SQLite's "How To Corrupt An SQLite Database File", 2.2). docs/DEVELOPERS.md states the
-    rule; tests/scenes/writer_locks.py holds the service to it.
+    rule; tests/kit/scenes/writer_locks.py holds the service to it.
     """
     resolved = path.resolve()
     uri = f"file:{quote(str(resolved))}?mode=ro"

@@ -31,10 +31,10 @@ import pytest
 
 from slowdown.analysis.alerts import load_states
 from slowdown.analysis.store import Store
-from tests.faultfs.realfs import ext4_image
-from tests.fixtures_fs import require_root
-from tests.servicekit import TargetSpec, probe_cli, wait_for, write_config
-from tests.test_alert_actions import SmtpReceiver, WebhookReceiver, calls, recorder_program
+from tests.kit.alertkit import SmtpReceiver, WebhookReceiver, calls, recorder_program
+from tests.kit.faultfs.realfs import ext4_image
+from tests.kit.fixtures_fs import require_root
+from tests.kit.servicekit import TargetSpec, probe_cli, wait_for, write_config
 
 BLKIO = Path("/sys/fs/cgroup/blkio")
 THROTTLE_BPS = 4 << 20  # 4 MiB/s: a 1 MiB O_DIRECT read or write takes ~250 ms

@@ -4,7 +4,7 @@ Opt-in (tests/long, ``--long``; about a minute):
 
     python -m pytest --long -s tests/long/test_clock_long.py
 
-The real service runs under libfaketime with a control file (tests/reliabilitykit.py): a
+The real service runs under libfaketime with a control file (tests/kit/reliabilitykit.py): a
 step applies at once to the service and its workers; the monotonic clock is not faked, as on
 a real machine. One target is a FUSE mount whose reads take 300 ms more, so ops are in
 flight across the steps; the other is a plain directory.
@@ -23,9 +23,9 @@ from collections import Counter
 
 import pytest
 
-from tests.faultfs import FaultFS
-from tests.reliabilitykit import SteppedClock, offset_to, snapshot
-from tests.servicekit import (
+from tests.kit.faultfs import FaultFS
+from tests.kit.reliabilitykit import SteppedClock, offset_to, snapshot
+from tests.kit.servicekit import (
     TargetSpec,
     live,
     output,

@@ -4,7 +4,7 @@ Opt-in (tests/long, ``--long``); about 15 minutes:
 
     python -m pytest --long -s tests/long/test_crash_long.py
 
-What each cycle injects and checks is in tests/crashloop.py; the summary it prints is in
+What each cycle injects and checks is in tests/kit/crashloop.py; the summary it prints is in
 docs/RELIABILITY.md.
 """
 
@@ -15,7 +15,7 @@ import os
 
 import pytest
 
-from tests.crashloop import crash_loop, summary
+from tests.kit.crashloop import crash_loop, summary
 
 CYCLES = int(os.environ.get("SLOWDOWN_CRASH_CYCLES", "400"))
 

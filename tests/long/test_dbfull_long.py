@@ -21,11 +21,11 @@ from collections import Counter
 import pytest
 
 from slowdown.analysis.words import OPS
-from tests.faultfs.realfs import tmpfs
-from tests.fixtures_fs import require_root
-from tests.reliabilitykit import ext4_volume, fill, snapshot
-from tests.servicekit import output, stop_service, wait_for
-from tests.test_reliability_dbfull import WRITABLE_AGAIN, WRITE_FAILED, _said, _service
+from tests.kit.dbfullkit import WRITABLE_AGAIN, WRITE_FAILED, _said, _service
+from tests.kit.faultfs.realfs import tmpfs
+from tests.kit.fixtures_fs import require_root
+from tests.kit.reliabilitykit import ext4_volume, fill, snapshot
+from tests.kit.servicekit import output, stop_service, wait_for
 
 
 @pytest.mark.slow

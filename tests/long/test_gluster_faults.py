@@ -17,8 +17,8 @@ import time
 
 import pytest
 
-from tests.servicekit import live, records, wait_for
-from tests.testbed.nodes import ProbeNode, Testbed
+from tests.kit.servicekit import live, records, wait_for
+from tests.kit.testbed.nodes import ProbeNode, Testbed
 
 pytestmark = [pytest.mark.root, pytest.mark.timeout(1800)]
 

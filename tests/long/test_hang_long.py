@@ -22,9 +22,9 @@ import time
 import psutil
 import pytest
 
-from tests.faultfs import FaultFS
-from tests.fixtures_fs import require_root
-from tests.servicekit import (
+from tests.kit.faultfs import FaultFS
+from tests.kit.fixtures_fs import require_root
+from tests.kit.servicekit import (
     TargetSpec,
     live,
     output,

@@ -22,11 +22,11 @@ from pathlib import Path
 import pytest
 
 from slowdown.analysis.words import MD_OPS
-from tests.iorkit import ior_bin
-from tests.testbed.io500 import phases, run_phases
-from tests.testbed.nodes import Testbed
-from tests.testbed.results import at, per_minute, rebaseline, slowdown
-from tests.testbed.table import agreement, false_alarms, minutes_of, phase_table
+from tests.kit.iorkit import ior_bin
+from tests.kit.testbed.io500 import phases, run_phases
+from tests.kit.testbed.nodes import Testbed
+from tests.kit.testbed.results import at, per_minute, rebaseline, slowdown
+from tests.kit.testbed.table import agreement, false_alarms, minutes_of, phase_table
 
 pytestmark = [pytest.mark.root, pytest.mark.timeout(4 * 3600)]
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.migrationkit import gaps, migrate_under_notify
+from tests.kit.migrationkit import gaps, migrate_under_notify
 
 
 @pytest.mark.timeout(600)

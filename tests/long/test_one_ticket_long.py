@@ -20,7 +20,6 @@ The result of a run is recorded in docs/ALERTS-e2e.md.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import subprocess
 import sys
@@ -29,10 +28,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.faultfs import FaultFS
-from tests.fixtures_fs import require_root
-from tests.servicekit import probe_cli, start_service, stop_service, wait_for
-from tests.test_alertmanager import (
+from tests.kit.alertmanagerkit import (
     RULES,
     Receiver,
     alertmanager_argv,
@@ -41,7 +37,10 @@ from tests.test_alertmanager import (
     start,
     stop,
 )
-from tests.test_metrics import config_text, free_port
+from tests.kit.faultfs import FaultFS
+from tests.kit.fixtures_fs import require_root
+from tests.kit.metricskit import config_text, free_port
+from tests.kit.servicekit import probe_cli, start_service, unclean_stop, wait_for
 
 HOSTS = ("node1", "node2", "node3")
 HEALTHY_MINUTES = 3
@@ -191,10 +190,8 @@ def test_a_slow_filesystem_is_one_ticket_with_real_services(tmp_path):
             assert {a["labels"]["host"] for d in docs for a in d["alerts"]} == {"node3"}
             say(t0, f"done: {len(receiver.got)} notifications in all")
         finally:
-            for proc in services.values():
-                if proc.poll() is None:
-                    with contextlib.suppress(AssertionError):
-                        stop_service(proc)
+            unclean = {host: unclean_stop(proc) for host, proc in services.items()}
             for proc in reversed(procs):
                 stop(proc)
             receiver.server.shutdown()
+        assert not any(unclean.values()), unclean  # each service stops cleanly on SIGTERM

@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from tests.testbed.nodes import NamespaceNode, Testbed
+from tests.kit.testbed.nodes import NamespaceNode, Testbed
 
 pytestmark = [pytest.mark.root, pytest.mark.timeout(900)]
 

@@ -26,11 +26,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.iorkit import ior_bin
-from tests.test_gluster_validation import mdtest_hard, sleep_until
-from tests.testbed.io500 import EASY, mpi
-from tests.testbed.nodes import Testbed
-from tests.testbed.results import at, rebaseline, slowdown
+from tests.kit.iorkit import ior_bin, mdtest_hard, sleep_until
+from tests.kit.testbed.io500 import EASY, mpi
+from tests.kit.testbed.nodes import Testbed
+from tests.kit.testbed.results import at, rebaseline, slowdown
 
 pytestmark = [pytest.mark.root, pytest.mark.timeout(3600)]
 
