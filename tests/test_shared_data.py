@@ -27,7 +27,8 @@ from slowdown.probe.command.workspace_commands import cleanup_command, prepare_c
 from slowdown.probe.layout.errors import ForeignWorkspaceError, WorkspaceError
 from slowdown.probe.layout.manifest import read_shared_manifest
 from slowdown.probe.locks.lock_file import boot_id
-from slowdown.probe.locks.shared_claim import STALE_AFTER, Claim, ClaimLost, Holder, try_claim
+from slowdown.probe.locks.shared_claim import STALE_AFTER, Claim, ClaimLost, try_claim
+from slowdown.probe.locks.shared_claim import ClaimHolder as Holder
 from slowdown.probe.probes.data import DIRECT, FADVISE
 from slowdown.probe.probes.worker import Probes
 from slowdown.probe.workspaces import shared_data as shared_module
