@@ -91,7 +91,7 @@ def state_of(service: Any, now: float, stopped: bool = False) -> dict:
     here by its attributes only) at ``now``: who and where, the records' way to the database
     (``store/landing.py``), and per target its ticks, errors and ops in flight. ``stopped``:
     the last one, written as the service stops (readers say so at once). Read by
-    ``read_live``, through ``analysis/cli/scope.py``."""
+    ``read_live``, through ``analysis/view/reader.py``."""
     return {
         **({"stopped": now} if stopped else {}),
         "host": service.config.host,
