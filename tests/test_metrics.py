@@ -28,6 +28,7 @@ from tests.kit.servicekit import (
     start_service,
     unclean_stop,
     wait_for,
+    wait_live,
 )
 
 OPS = ("data-read", "data-write", "md-stat", "md-read", "md-delete", "md-write")
@@ -168,8 +169,7 @@ def test_a_scrape_answers_in_under_a_second_while_a_target_hangs(tmp_path):
         assert done.returncode == 0, done.stderr
         proc = start_service(config)
         try:
-            wait_for(lambda: database.with_name("slowdown.db.live.json").exists(), 15,
-                     what="the live state")
+            wait_live(database)
             wait_for(lambda: live(database)["targets"]["hung"]["ticks"] >= 2, 10,
                      what="ticks")
             fs.hang("*")

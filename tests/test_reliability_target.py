@@ -26,11 +26,11 @@ from tests.kit.servicekit import (
     TargetSpec,
     live,
     output,
-    probe_cli,
+    prepared,
     start_service,
     stop_service,
     wait_for,
-    write_config,
+    wait_live,
 )
 
 HANG = 20.0
@@ -71,16 +71,11 @@ def test_target_faults_never_stop_the_service(tmp_path):
         ]
         for t in targets[1:]:
             t.path.mkdir()
-        database = tmp_path / "db" / "slowdown.db"
-        config = write_config(tmp_path / "slowdown.toml", database, targets,
-                              abandon_after=f"{ABANDON_AFTER:g}s")
-        done = probe_cli(config, "prepare", "--no-progress")
-        assert done.returncode == 0, done.stderr
+        config, database = prepared(tmp_path, targets, abandon_after=f"{ABANDON_AFTER:g}s")
         proc = start_service(config)
         piled: list[int] = []
         try:
-            wait_for(lambda: database.with_name("slowdown.db.live.json").exists(), 15,
-                     what="the live state")
+            wait_live(database)
             started = live(database)["started"]
             time.sleep(2)
             fs.fail("*", "EIO")  # an EIO storm: every operation of the fuse target

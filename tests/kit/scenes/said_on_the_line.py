@@ -26,7 +26,7 @@ from tests.kit.servicekit import (
     probe_cli,
     start_service,
     stop_service,
-    wait_for,
+    wait_live,
     write_config,
 )
 
@@ -73,8 +73,7 @@ def scene(tmp_path: Path) -> None:
             time.sleep(62 - time.time() % 60)
         proc = start_service(config)
         try:
-            wait_for(lambda: database.with_name("slowdown.db.live.json").exists(), 15,
-                     what="the live state")
+            wait_live(database)
             time.sleep(3)
             # Nothing of the probe's is open for writing there: the remount is not refused.
             remount = subprocess.run(["mount", "-o", "remount,ro", str(ext4)],
