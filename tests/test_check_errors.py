@@ -21,15 +21,7 @@ from slowdown.analysis.store.records import Record
 from testdata.datakit import fill, lognormal, utc
 from tests.kit.faultfs import FaultFS
 from tests.kit.reliabilitykit import offset_env, offset_to
-from tests.kit.servicekit import (
-    TargetSpec,
-    prepared,
-    records,
-    start_service,
-    stop_service,
-    wait_for,
-    wait_live,
-)
+from tests.kit.servicekit import TargetSpec, prepared, records, start_live, stop_service, wait_for
 
 NOV = utc(2026, 11, 1)
 AT = "2026-11-01T02:00:00Z"  # the end of the two hours written
@@ -143,9 +135,8 @@ def test_an_eio_storm_on_fuse_turns_check_critical(tmp_path):
     with FaultFS(tmp_path / "backing", tmp_path / "mnt") as fs:
         config, database = prepared(tmp_path, [TargetSpec("fuse", fs.mountpoint)])
         offset = offset_to(48)  # the first minute ends 12 s after the start
-        proc = start_service(config, env=offset_env(offset))
+        proc = start_live(config, database, env=offset_env(offset))
         try:
-            wait_live(database)
             time.sleep(1.0)  # a few reads that work
             fs.fail(["read"], "EIO", path="*data.bin")
             wait_for(lambda: database.exists() and any(

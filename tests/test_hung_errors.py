@@ -20,10 +20,9 @@ from tests.kit.servicekit import (
     live,
     prepared,
     records,
-    start_service,
+    start_live,
     stop_service,
     wait_for,
-    wait_live,
 )
 from tests.kit.workerkit import Worker, workspace
 
@@ -84,9 +83,8 @@ def test_enotconn_on_the_path_check_is_named_enotconn(tmp_path: Path) -> None:
 def test_the_service_records_a_hung_error_as_slow_and_as_an_error(tmp_path: Path) -> None:
     with FaultFS(tmp_path / "backing", tmp_path / "mnt") as fs:
         config, database = prepared(tmp_path, [TargetSpec("fuse", fs.mountpoint)])
-        proc = start_service(config)
+        proc = start_live(config, database)
         try:
-            wait_live(database)
             time.sleep(1.5)
             fs.hang(["read"], path="*data.bin")
             fs.wait_hung(timeout=5)

@@ -25,10 +25,9 @@ from tests.kit.metricskit import config_text, free_port
 from tests.kit.servicekit import (
     live,
     probe_cli,
-    start_service,
+    start_live,
     unclean_stop,
     wait_for,
-    wait_live,
 )
 
 OPS = ("data-read", "data-write", "md-stat", "md-read", "md-delete", "md-write")
@@ -167,9 +166,8 @@ def test_a_scrape_answers_in_under_a_second_while_a_target_hangs(tmp_path):
                                       abandon_after="5s"))
         done = probe_cli(config, "prepare", "--no-progress")
         assert done.returncode == 0, done.stderr
-        proc = start_service(config)
+        proc = start_live(config, database)
         try:
-            wait_live(database)
             wait_for(lambda: live(database)["targets"]["hung"]["ticks"] >= 2, 10,
                      what="ticks")
             fs.hang("*")

@@ -27,10 +27,9 @@ from tests.kit.servicekit import (
     live,
     output,
     prepared,
-    start_service,
+    start_live,
     stop_service,
     wait_for,
-    wait_live,
 )
 
 HANG = 20.0
@@ -72,10 +71,9 @@ def test_target_faults_never_stop_the_service(tmp_path):
         for t in targets[1:]:
             t.path.mkdir()
         config, database = prepared(tmp_path, targets, abandon_after=f"{ABANDON_AFTER:g}s")
-        proc = start_service(config)
+        proc = start_live(config, database)
         piled: list[int] = []
         try:
-            wait_live(database)
             started = live(database)["started"]
             time.sleep(2)
             fs.fail("*", "EIO")  # an EIO storm: every operation of the fuse target

@@ -18,10 +18,10 @@ from tests.kit.servicekit import (
     live,
     prepared,
     records,
+    start_live,
     start_service,
     stop_service,
     wait_for,
-    wait_live,
     wait_service,
     write_config,
 )
@@ -110,9 +110,8 @@ def test_a_hung_target_reads_as_slow_and_never_delays_the_other(tmp_path):
     with FaultFS(tmp_path / "backing", tmp_path / "mnt") as fs:
         hung, healthy = TargetSpec("hung", fs.mountpoint), TargetSpec("healthy", tmp_path / "ok")
         config, database = prepared(tmp_path, [hung, healthy], abandon_after="20s")
-        proc = start_service(config)
+        proc = start_live(config, database)
         try:
-            wait_live(database)
             first_tick = time.time()  # the live state appears just after the first tick
             started = live(database)["started"]
             time.sleep(3)
@@ -174,9 +173,8 @@ def test_eio_and_enospc_are_counted_as_errors_and_the_service_keeps_running(tmp_
     with FaultFS(tmp_path / "backing", tmp_path / "mnt") as fs:
         target = TargetSpec("fuse", fs.mountpoint)
         config, database = prepared(tmp_path, [target])
-        proc = start_service(config)
+        proc = start_live(config, database)
         try:
-            wait_live(database)
             time.sleep(2)
             fs.fail(["read"], "EIO")
             time.sleep(4)

@@ -153,6 +153,18 @@ def wait_live(database: Path, timeout: float = 15) -> None:
              what="the live state")
 
 
+def start_live(config: Path, database: Path, env: dict | None = None) -> subprocess.Popen:
+    """The service started and its live state written (its first tick done); stopped again
+    if that never comes."""
+    proc = start_service(config, env=env)
+    try:
+        wait_live(database)
+    except BaseException:
+        stop_service(proc)
+        raise
+    return proc
+
+
 def wait_next_minute(margin: float = 2.0) -> None:
     """Sleep until ``margin`` seconds past the next minute boundary (after the flush)."""
     time.sleep(60 - time.time() % 60 + margin)

@@ -30,10 +30,9 @@ from tests.kit.servicekit import (
     output,
     prepared,
     records,
-    start_service,
+    start_live,
     stop_service,
     wait_for,
-    wait_live,
 )
 
 HANG = 600.0
@@ -49,10 +48,9 @@ def test_a_ten_minute_hang(tmp_path):
                              pool_files=100, pool_dirs=10)
         healthy.path.mkdir()
         config, database = prepared(tmp_path, [hung, healthy])
-        proc = start_service(config)
+        proc = start_live(config, database)
         samples = []
         try:
-            wait_live(database)
             started = live(database)["started"]
             service = psutil.Process(proc.pid)
             time.sleep(10)
