@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import os
 import platform
 import statistics
@@ -39,6 +38,7 @@ from pathlib import Path
 
 import numpy as np
 
+from bench.kept_database import keep_info, kept_info
 from slowdown.analysis.histogram import Histogram
 from slowdown.analysis.stats import baseline
 from slowdown.analysis.store import Store, schema
@@ -107,21 +107,16 @@ def build(db: Path, days: int) -> dict:
     info = {"params": params(days), "end": T0 + days * DAY, "records": records,
             "write_seconds": time.perf_counter() - began, "bytes": db.stat().st_size,
             "built": utc_now()}
-    Path(str(db) + ".json").write_text(json.dumps(info, indent=1) + "\n")
+    keep_info(db, info)
     return info
 
 
 def database(directory: Path, days: int, rebuild: bool) -> tuple[Path, dict, bool]:
     directory.mkdir(parents=True, exist_ok=True)
     db = directory / f"report-{days}d-{len(TARGETS)}x{len(OPS)}.db"
-    meta = Path(str(db) + ".json")
-    if not rebuild and db.exists() and meta.exists():
-        try:
-            info = json.loads(meta.read_text())
-        except ValueError:
-            info = {}
-        if info.get("params") == params(days) and info.get("bytes") == db.stat().st_size:
-            return db, info, False
+    info = kept_info(db, rebuild)
+    if info.get("params") == params(days) and info.get("bytes") == db.stat().st_size:
+        return db, info, False
     return db, build(db, days), True
 
 

@@ -5,13 +5,13 @@ and the configuration the timed commands read it with (bench_read.py, bench_flee
 from __future__ import annotations
 
 import datetime
-import json
 import os
 import time
 from pathlib import Path
 
 import numpy as np
 
+from bench.kept_database import keep_info, kept_info
 from slowdown.analysis.histogram import Histogram
 from slowdown.analysis.stats import baseline
 from slowdown.analysis.store import Store, schema
@@ -109,7 +109,7 @@ def build(db: Path, days: int, t0: int = T0, host: str = HOST, seed: int = SEED)
         "bytes": db.stat().st_size,
         "built": utc_now(),
     }
-    Path(str(db) + ".json").write_text(json.dumps(info, indent=1) + "\n")
+    keep_info(db, info)
     return info
 
 
@@ -117,12 +117,8 @@ def database(directory: Path, days: int, rebuild: bool) -> tuple[Path, dict, boo
     """The cached database for ``days`` (built when absent or stale): path, info, built now?"""
     directory.mkdir(parents=True, exist_ok=True)
     db = directory / f"read-{days}d-{len(TARGETS)}x{len(OPS)}.db"
-    meta = Path(str(db) + ".json")
-    if not rebuild and db.exists() and meta.exists():
-        try:
-            info = json.loads(meta.read_text())
-        except ValueError:
-            info = {}
+    info = kept_info(db, rebuild)
+    if info:
         wanted = params(days)
         same_data = {k: v for k, v in info.get("params", {}).items() if k != "schema"} == \
             {k: v for k, v in wanted.items() if k != "schema"}
@@ -134,7 +130,7 @@ def database(directory: Path, days: int, rebuild: bool) -> tuple[Path, dict, boo
                 info["params"]["schema"] = wanted["schema"]
                 info["bytes"] = db.stat().st_size
                 info["migrated"] = utc_now()
-                meta.write_text(json.dumps(info, indent=1) + "\n")
+                keep_info(db, info)
             return db, info, False
     return db, build(db, days), True
 

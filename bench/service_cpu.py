@@ -25,10 +25,9 @@ from pathlib import Path
 from bench.workspaces import (
     HOST,
     add_target_options,
-    load_average,
     parse_seconds,
+    print_on_targets,
     progress,
-    service_targets,
 )
 from slowdown.probe.daemon.service import phase_of
 
@@ -213,15 +212,8 @@ def main(argv: list[str] | None = None) -> int:
         return scheduler_child(args.scheduler_child[0], float(args.scheduler_child[1]))
     if args.profile_child:
         return profile_child(Path(args.profile_child[0]), float(args.profile_child[1]), 25)
-    with service_targets(args) as bench:
-        header = bench.header
-        header.append(f"prepared in {bench.prepared_in:.0f} s; interval 1 s")
-        diagnosis = diagnose(bench.config, bench.targets[0].data.parent,
-                             parse_seconds(args.duration), progress)
-    header.append(load_average())
-    print("\n".join([*header, ""]))
-    print(diagnosis)
-    return 0
+    return print_on_targets(args, lambda bench: diagnose(
+        bench.config, bench.targets[0].data.parent, parse_seconds(args.duration), progress))
 
 
 if __name__ == "__main__":

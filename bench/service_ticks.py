@@ -31,11 +31,10 @@ from bench.workspaces import (
     GOAL_P99,
     HOST,
     add_target_options,
-    load_average,
     parse_seconds,
+    print_on_targets,
     progress,
     reap_orphans,
-    service_targets,
 )
 from slowdown.probe.daemon.service import phase_of
 
@@ -302,15 +301,8 @@ def main(argv: list[str] | None = None) -> int:
     unknown = set(variants) - set(VARIANTS)
     if unknown:
         raise SystemExit(f"unknown variants: {', '.join(sorted(unknown))}")
-    with service_targets(args) as bench:
-        header = bench.header
-        header.append(f"prepared in {bench.prepared_in:.0f} s; interval 1 s")
-        traced = trace(bench.config, bench.base, parse_seconds(args.duration), variants,
-                       progress, args.json)
-    header.append(load_average())
-    print("\n".join([*header, ""]))
-    print(traced)
-    return 0
+    return print_on_targets(args, lambda bench: trace(
+        bench.config, bench.base, parse_seconds(args.duration), variants, progress, args.json))
 
 
 if __name__ == "__main__":

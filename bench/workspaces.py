@@ -12,7 +12,7 @@ import platform
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -274,3 +274,16 @@ def service_targets(args: argparse.Namespace, quick: bool = False) -> Iterator[S
 def load_average() -> str:
     with open("/proc/loadavg") as f:
         return f"load average at end: {' '.join(f.read().split()[:3])}"
+
+
+def print_on_targets(args: argparse.Namespace, run: Callable[[ServiceTargets], str]) -> int:
+    """``run`` on the service's targets (interval 1 s), then its text printed after the
+    machine, the targets and the load average at the end; the exit status, 0."""
+    with service_targets(args) as bench:
+        header = bench.header
+        header.append(f"prepared in {bench.prepared_in:.0f} s; interval 1 s")
+        text = run(bench)
+    header.append(load_average())
+    print("\n".join([*header, ""]))
+    print(text)
+    return 0

@@ -22,6 +22,19 @@ def write(path: Path, text: str) -> Path:
     return path
 
 
+def with_here(tmp_path: Path, more: str = "") -> Path:
+    """A config whose first target, "here", lies in tmp_path/fs (made); ``more`` follows it."""
+    (tmp_path / "fs").mkdir()
+    config = write(tmp_path / "slowdown.toml", f"""
+        database = "{tmp_path}/db/slowdown.db"
+        [[target]]
+        name = "here"
+        path = "{tmp_path}/fs/probe"
+        """)
+    config.write_text(config.read_text() + textwrap.dedent(more).lstrip("\n"))
+    return config
+
+
 def check_config(path: Path, env: dict[str, str] | None = None):
     return runner().invoke(main, ["check-config", str(path)], env=env)
 
@@ -29,12 +42,7 @@ def check_config(path: Path, env: dict[str, str] | None = None):
 # -- a target's parent ---------------------------------------------------------------------
 
 def test_a_target_whose_parent_is_missing_is_an_error_as_prepare_fails_there(tmp_path):
-    (tmp_path / "fs").mkdir()
-    config = write(tmp_path / "slowdown.toml", f"""
-        database = "{tmp_path}/db/slowdown.db"
-        [[target]]
-        name = "here"
-        path = "{tmp_path}/fs/probe"
+    config = with_here(tmp_path, f"""
         [[target]]
         name = "lost"
         path = "{tmp_path}/fs/gone/deeper/probe"
@@ -56,13 +64,7 @@ def test_a_target_whose_parent_is_missing_is_an_error_as_prepare_fails_there(tmp
 
 
 def test_an_existing_parent_says_nothing(tmp_path):
-    (tmp_path / "fs").mkdir()
-    config = write(tmp_path / "slowdown.toml", f"""
-        database = "{tmp_path}/db/slowdown.db"
-        [[target]]
-        name = "here"
-        path = "{tmp_path}/fs/probe"
-        """)
+    config = with_here(tmp_path)
     result = check_config(config)
     assert result.exit_code == 0 and result.stderr == "", result.output
     assert result.stdout.splitlines()[-1] == "configuration OK"

@@ -21,15 +21,7 @@ from slowdown.analysis.store.records import Record
 from testdata.datakit import fill, lognormal, utc
 from tests.kit.faultfs import FaultFS
 from tests.kit.reliabilitykit import offset_env, offset_to
-from tests.kit.servicekit import (
-    TargetSpec,
-    probe_cli,
-    records,
-    start_service,
-    stop_service,
-    wait_for,
-    write_config,
-)
+from tests.kit.servicekit import TargetSpec, prepared, records, start_live, stop_service, wait_for
 
 NOV = utc(2026, 11, 1)
 AT = "2026-11-01T02:00:00Z"  # the end of the two hours written
@@ -141,16 +133,10 @@ def test_an_eio_storm_on_fuse_turns_check_critical(tmp_path):
     """The real service on a FUSE mount whose data file answers reads with EIO: the data-read
     probe fails every second while every other op is as fast as ever."""
     with FaultFS(tmp_path / "backing", tmp_path / "mnt") as fs:
-        database = tmp_path / "db" / "slowdown.db"
-        config = write_config(tmp_path / "slowdown.toml", database,
-                              [TargetSpec("fuse", fs.mountpoint)])
-        done = probe_cli(config, "prepare", "--no-progress")
-        assert done.returncode == 0, done.stderr
+        config, database = prepared(tmp_path, [TargetSpec("fuse", fs.mountpoint)])
         offset = offset_to(48)  # the first minute ends 12 s after the start
-        proc = start_service(config, env=offset_env(offset))
+        proc = start_live(config, database, env=offset_env(offset))
         try:
-            wait_for(lambda: database.with_name("slowdown.db.live.json").exists(), 15,
-                     what="the live state")
             time.sleep(1.0)  # a few reads that work
             fs.fail(["read"], "EIO", path="*data.bin")
             wait_for(lambda: database.exists() and any(

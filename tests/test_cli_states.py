@@ -25,24 +25,17 @@ from tests.kit.reliabilitykit import offset_env, offset_to
 from tests.kit.servicekit import (
     TargetSpec,
     live,
-    probe_cli,
+    prepared,
     start_service,
     stop_service,
     wait_for,
-    write_config,
 )
 
 
 @pytest.fixture
 def one_target(tmp_path):
     """A configuration with one prepared target; returns (config, database)."""
-    target = TargetSpec("one", tmp_path / "one")
-    target.path.mkdir()
-    database = tmp_path / "db" / "slowdown.db"
-    config = write_config(tmp_path / "slowdown.toml", database, [target])
-    done = probe_cli(config, "prepare", "--no-progress")
-    assert done.returncode == 0, done.stderr
-    return config, database
+    return prepared(tmp_path, [TargetSpec("one", tmp_path / "one")])
 
 
 def read(database, *args: str, offset: float = 0.0) -> subprocess.CompletedProcess:

@@ -22,7 +22,7 @@ from tests.kit.reliabilitykit import offset_env, offset_to
 from tests.kit.servicekit import (
     TargetSpec,
     live,
-    probe_cli,
+    prepared,
     start_service,
     stop_service,
     wait_for,
@@ -112,13 +112,7 @@ def test_the_first_slowdown_says_preparing_then_collecting(faultfs, tmp_path):
 
 @pytest.fixture
 def one_target(tmp_path):
-    target = TargetSpec("one", tmp_path / "one")
-    target.path.mkdir()
-    database = tmp_path / "db" / "slowdown.db"
-    config = write_config(tmp_path / "slowdown.toml", database, [target])
-    done = probe_cli(config, "prepare", "--no-progress")
-    assert done.returncode == 0, done.stderr
-    return config, database
+    return prepared(tmp_path, [TargetSpec("one", tmp_path / "one")])
 
 
 @pytest.mark.timeout(120)

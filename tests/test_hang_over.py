@@ -23,15 +23,7 @@ from slowdown.probe.runtime.recorder import Recorder
 from testdata.datakit import utc
 from tests.kit.faultfs import FaultFS
 from tests.kit.reliabilitykit import offset_env, offset_to
-from tests.kit.servicekit import (
-    TargetSpec,
-    probe_cli,
-    records,
-    start_service,
-    stop_service,
-    wait_for,
-    write_config,
-)
+from tests.kit.servicekit import TargetSpec, prepared, records, start_live, stop_service, wait_for
 
 NOV = utc(2026, 11, 1)
 CALM = 60  # minutes of 1.4 ms reads before the hang (the provisional baseline)
@@ -175,16 +167,10 @@ def test_the_service_writes_whether_the_op_was_still_in_flight(tmp_path):
     hang that is still on when the service stops is written as still in flight, and counts
     by its age then."""
     with FaultFS(tmp_path / "backing", tmp_path / "mnt") as fs:
-        database = tmp_path / "db" / "slowdown.db"
-        config = write_config(tmp_path / "slowdown.toml", database,
-                              [TargetSpec("fuse", fs.mountpoint)])
-        done = probe_cli(config, "prepare", "--no-progress")
-        assert done.returncode == 0, done.stderr
+        config, database = prepared(tmp_path, [TargetSpec("fuse", fs.mountpoint)])
         offset = offset_to(49)
-        proc = start_service(config, env=offset_env(offset))
+        proc = start_live(config, database, env=offset_env(offset))
         try:
-            wait_for(lambda: database.with_name("slowdown.db.live.json").exists(), 15,
-                     what="the live state")
             hang = fs.hang(["read"], path="*data.bin")
             fs.wait_hung(timeout=5)
             time.sleep(3.0)

@@ -18,12 +18,11 @@ from tests.kit.faultfs import FaultFS
 from tests.kit.servicekit import (
     TargetSpec,
     live,
-    probe_cli,
+    prepared,
     records,
-    start_service,
+    start_live,
     stop_service,
     wait_for,
-    write_config,
 )
 from tests.kit.workerkit import Worker, workspace
 
@@ -83,15 +82,9 @@ def test_enotconn_on_the_path_check_is_named_enotconn(tmp_path: Path) -> None:
 @pytest.mark.timeout(120)
 def test_the_service_records_a_hung_error_as_slow_and_as_an_error(tmp_path: Path) -> None:
     with FaultFS(tmp_path / "backing", tmp_path / "mnt") as fs:
-        database = tmp_path / "db" / "slowdown.db"
-        config = write_config(tmp_path / "slowdown.toml", database,
-                              [TargetSpec("fuse", fs.mountpoint)])
-        done = probe_cli(config, "prepare", "--no-progress")
-        assert done.returncode == 0, done.stderr
-        proc = start_service(config)
+        config, database = prepared(tmp_path, [TargetSpec("fuse", fs.mountpoint)])
+        proc = start_live(config, database)
         try:
-            wait_for(lambda: database.with_name("slowdown.db.live.json").exists(), 15,
-                     what="the live state")
             time.sleep(1.5)
             fs.hang(["read"], path="*data.bin")
             fs.wait_hung(timeout=5)

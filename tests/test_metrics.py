@@ -25,7 +25,7 @@ from tests.kit.metricskit import config_text, free_port
 from tests.kit.servicekit import (
     live,
     probe_cli,
-    start_service,
+    start_live,
     unclean_stop,
     wait_for,
 )
@@ -166,10 +166,8 @@ def test_a_scrape_answers_in_under_a_second_while_a_target_hangs(tmp_path):
                                       abandon_after="5s"))
         done = probe_cli(config, "prepare", "--no-progress")
         assert done.returncode == 0, done.stderr
-        proc = start_service(config)
+        proc = start_live(config, database)
         try:
-            wait_for(lambda: database.with_name("slowdown.db.live.json").exists(), 15,
-                     what="the live state")
             wait_for(lambda: live(database)["targets"]["hung"]["ticks"] >= 2, 10,
                      what="ticks")
             fs.hang("*")

@@ -96,17 +96,24 @@ def schema4(path: Path, rows_per_series: int = 300, seed: int = 7) -> None:
     conn.close()
 
 
-def test_the_batched_fill_writes_what_the_sql_function_wrote(tmp_path, monkeypatch):
-    path = tmp_path / "v4.db"
-    schema4(path)
-    # Batches that end inside a series and span two: the key after which the next one reads.
-    monkeypatch.setattr(schema, "FILL_BATCH", 37)
-    old, new = tmp_path / "sql.db", tmp_path / "batched.db"
+def both_ways(path: Path) -> tuple[Path, Path]:
+    """Two copies of the version 4 database at ``path``, beside it: sql.db migrated to 5 by
+    release 5's SQL, batched.db by the store; both then opened by the store."""
+    old, new = path.with_name("sql.db"), path.with_name("batched.db")
     copy_database(path, old)
     copy_database(path, new)
     migrate_sql(old)
     Store(old).close()  # the migrations after 5 alike on both
     Store(new).close()
+    return old, new
+
+
+def test_the_batched_fill_writes_what_the_sql_function_wrote(tmp_path, monkeypatch):
+    path = tmp_path / "v4.db"
+    schema4(path)
+    # Batches that end inside a series and span two: the key after which the next one reads.
+    monkeypatch.setattr(schema, "FILL_BATCH", 37)
+    old, new = both_ways(path)
     rows, expected = digest(old)
     assert rows > 1800
     assert digest(new) == (rows, expected)
@@ -117,12 +124,7 @@ def test_the_batched_fill_writes_what_the_sql_function_wrote(tmp_path, monkeypat
 def test_two_days_of_records_migrate_to_the_same_rows_as_release_5(tmp_path):
     path = tmp_path / "v4.db"
     build(path, 2)
-    old, new = tmp_path / "sql.db", tmp_path / "batched.db"
-    copy_database(path, old)
-    copy_database(path, new)
-    migrate_sql(old)
-    Store(old).close()  # the migrations after 5 alike on both
-    Store(new).close()
+    old, new = both_ways(path)
     assert digest(new) == digest(old)
 
 

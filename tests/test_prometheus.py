@@ -4,7 +4,6 @@ dashboard run against it, and the fleet quantile checked against the hosts' data
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
 import subprocess
@@ -19,6 +18,7 @@ import pytest
 from slowdown.analysis.histogram import mapping_for, rank
 from slowdown.analysis.store import Selection, Store, aggregate
 from slowdown.probe.exporters.metrics import EXPORT_SCALE, bucket_bounds
+from tests.kit.alertmanagerkit import is_ready, stop
 from tests.kit.grafanakit import (
     FLEET,
     grafana_reader,
@@ -154,14 +154,7 @@ def fleet(tmp_path_factory):
     services = {}
     try:
         url = f"http://127.0.0.1:{prom_port}"
-
-        def ready() -> bool:
-            with contextlib.suppress(OSError), \
-                    urllib.request.urlopen(f"{url}/-/ready", timeout=2) as r:
-                return r.status == 200
-            return False
-
-        wait_for(ready, 30, what="Prometheus")
+        wait_for(lambda: is_ready(url), 30, what="Prometheus")
         started = time.time()
         services = {h: start_service(configs[h]) for h in HOSTS}
         f = Fleet(url, databases, ports, services, started)
@@ -174,12 +167,7 @@ def fleet(tmp_path_factory):
         yield f
     finally:
         unclean = {host: unclean_stop(proc) for host, proc in services.items()}
-        prometheus.terminate()
-        try:
-            prometheus.wait(15)
-        except subprocess.TimeoutExpired:
-            prometheus.kill()
-            prometheus.wait()
+        stop(prometheus)
         log.close()
     # The services a test left running stop cleanly on SIGTERM too.
     assert not any(unclean.values()), unclean

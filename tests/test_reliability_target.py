@@ -26,11 +26,10 @@ from tests.kit.servicekit import (
     TargetSpec,
     live,
     output,
-    probe_cli,
-    start_service,
+    prepared,
+    start_live,
     stop_service,
     wait_for,
-    write_config,
 )
 
 HANG = 20.0
@@ -71,16 +70,10 @@ def test_target_faults_never_stop_the_service(tmp_path):
         ]
         for t in targets[1:]:
             t.path.mkdir()
-        database = tmp_path / "db" / "slowdown.db"
-        config = write_config(tmp_path / "slowdown.toml", database, targets,
-                              abandon_after=f"{ABANDON_AFTER:g}s")
-        done = probe_cli(config, "prepare", "--no-progress")
-        assert done.returncode == 0, done.stderr
-        proc = start_service(config)
+        config, database = prepared(tmp_path, targets, abandon_after=f"{ABANDON_AFTER:g}s")
+        proc = start_live(config, database)
         piled: list[int] = []
         try:
-            wait_for(lambda: database.with_name("slowdown.db.live.json").exists(), 15,
-                     what="the live state")
             started = live(database)["started"]
             time.sleep(2)
             fs.fail("*", "EIO")  # an EIO storm: every operation of the fuse target

@@ -16,8 +16,9 @@ from tests.kit.reliabilitykit import offset_env, offset_to
 from tests.kit.servicekit import (
     TargetSpec,
     live,
-    probe_cli,
+    prepared,
     records,
+    start_live,
     start_service,
     stop_service,
     wait_for,
@@ -26,16 +27,6 @@ from tests.kit.servicekit import (
 )
 
 OPS = ("data-read", "data-write", "md-stat", "md-read", "md-delete", "md-write")
-
-
-def prepared(tmp_path, targets, **top) -> tuple:
-    database = tmp_path / "db" / "slowdown.db"
-    config = write_config(tmp_path / "slowdown.toml", database, targets, **top)
-    for t in targets:
-        t.path.mkdir(parents=True, exist_ok=True)
-    done = probe_cli(config, "prepare", "--no-progress")
-    assert done.returncode == 0, done.stderr
-    return config, database
 
 
 def read_cli(database, *args: str) -> str:
@@ -119,10 +110,8 @@ def test_a_hung_target_reads_as_slow_and_never_delays_the_other(tmp_path):
     with FaultFS(tmp_path / "backing", tmp_path / "mnt") as fs:
         hung, healthy = TargetSpec("hung", fs.mountpoint), TargetSpec("healthy", tmp_path / "ok")
         config, database = prepared(tmp_path, [hung, healthy], abandon_after="20s")
-        proc = start_service(config)
+        proc = start_live(config, database)
         try:
-            wait_for(lambda: database.with_name("slowdown.db.live.json").exists(), 15,
-                     what="the live state")
             first_tick = time.time()  # the live state appears just after the first tick
             started = live(database)["started"]
             time.sleep(3)
@@ -184,10 +173,8 @@ def test_eio_and_enospc_are_counted_as_errors_and_the_service_keeps_running(tmp_
     with FaultFS(tmp_path / "backing", tmp_path / "mnt") as fs:
         target = TargetSpec("fuse", fs.mountpoint)
         config, database = prepared(tmp_path, [target])
-        proc = start_service(config)
+        proc = start_live(config, database)
         try:
-            wait_for(lambda: database.with_name("slowdown.db.live.json").exists(), 15,
-                     what="the live state")
             time.sleep(2)
             fs.fail(["read"], "EIO")
             time.sleep(4)

@@ -11,7 +11,6 @@ import re
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -19,6 +18,7 @@ import pytest
 from slowdown.analysis.cli.main import main
 from slowdown.analysis.stats.fleet_sources import prometheus_query
 from slowdown.analysis.store.records import minute_of
+from tests.kit.alertmanagerkit import is_ready, stop
 from tests.kit.cli_runner import runner
 from tests.kit.metricskit import free_port
 from tests.kit.servicekit import wait_for
@@ -53,12 +53,7 @@ def process(args: list[str], log: Path):
         try:
             yield proc
         finally:
-            proc.terminate()
-            try:
-                proc.wait(15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+            stop(proc)
 
 
 @pytest.mark.slow
@@ -99,14 +94,7 @@ def test_verdict_from_a_real_prometheus_and_its_faults(tmp_path):
             process(["prometheus", f"--config.file={tmp_path / 'prometheus.yml'}",
                      f"--storage.tsdb.path={tmp_path / 'tsdb'}",
                      f"--web.listen-address=127.0.0.1:{prom_port}"], tmp_path / "prom.log"):
-
-        def ready() -> bool:
-            with contextlib.suppress(OSError), \
-                    urllib.request.urlopen(f"{url}/-/ready", timeout=2) as r:
-                return r.status == 200
-            return False
-
-        wait_for(ready, 30, what="Prometheus")
+        wait_for(lambda: is_ready(url), 30, what="Prometheus")
         wait_for(lambda: scraped("n5", 8.0), 30, what="the first scrape")
         v = verdict(url)
         assert (v["verdict"], v["peers"], v["slow_peers"], v["stale_peers"]) == \

@@ -17,16 +17,14 @@ from slowdown.probe.layout.errors import (
 from slowdown.probe.layout.manifest import read_manifest
 from slowdown.probe.workspaces.cleanup import cleanup
 from slowdown.probe.workspaces.prepare import Workspace, prepare
-from tests.kit.workspacekit import HOST, make_target, tree
+from tests.kit.workspacekit import HOST, make_target, prepared_workspace, tree
 
 # --- cleanup -----------------------------------------------------------------------------
 
 
 @pytest.mark.timeout(30)
 def test_cleanup_leaves_strays_and_symlinks_and_removes_the_rest(tmp_path: Path) -> None:
-    target = make_target(tmp_path / "target")
-    prepare(target, HOST, progress=False)
-    ws = Workspace.of(target, HOST).dir
+    target, ws = prepared_workspace(tmp_path / "target")
     outside = tmp_path / "outside"
     (outside / "0_0").mkdir(parents=True)
     precious = outside / "precious"
@@ -63,9 +61,7 @@ def test_cleanup_leaves_strays_and_symlinks_and_removes_the_rest(tmp_path: Path)
 
 @pytest.mark.timeout(30)
 def test_cleanup_never_follows_a_symlinked_pool_or_workspace(tmp_path: Path) -> None:
-    target = make_target(tmp_path / "target")
-    prepare(target, HOST, progress=False)
-    ws = Workspace.of(target, HOST).dir
+    target, ws = prepared_workspace(tmp_path / "target")
     decoy = tmp_path / "decoy"
     for d in range(4):
         (decoy / f"0_{d}").mkdir(parents=True)

@@ -1,5 +1,6 @@
 """Prometheus' Alertmanager for tests: the project's rules and example configuration, an
-Alertmanager with short waits, a receiver of its notifications, starting, stopping and querying."""
+Alertmanager with short waits, a receiver of its notifications, starting, stopping and querying
+(is_ready and stop serve a Prometheus server as well)."""
 
 from __future__ import annotations
 
@@ -85,16 +86,22 @@ def start(argv: list[str], log: Path, url: str, what: str) -> subprocess.Popen:
 
     def ready() -> bool:
         assert proc.poll() is None, f"{what} exited: {log.read_text()[-2000:]}"
-        with contextlib.suppress(OSError), urllib.request.urlopen(f"{url}/-/ready",
-                                                                  timeout=2) as r:
-            return r.status == 200
-        return False
+        return is_ready(url)
 
     wait_for(ready, 30, what=what)
     return proc
 
 
+def is_ready(url: str) -> bool:
+    """Whether the Prometheus or Alertmanager at ``url`` answers /-/ready with 200."""
+    with contextlib.suppress(OSError), urllib.request.urlopen(f"{url}/-/ready",
+                                                              timeout=2) as r:
+        return r.status == 200
+    return False
+
+
 def stop(proc: subprocess.Popen) -> None:
+    """SIGTERM, and SIGKILL after 15 s."""
     proc.terminate()
     try:
         proc.wait(15)

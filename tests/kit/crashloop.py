@@ -38,11 +38,10 @@ from tests.kit.reliabilitykit import offset_env, snapshot
 from tests.kit.servicekit import (
     TargetSpec,
     output,
-    probe_cli,
+    prepared,
     start_service,
     stop_service,
     wait_for,
-    write_config,
 )
 
 INTERVAL = 0.5
@@ -100,11 +99,7 @@ def crash_loop(tmp_path: Path, cycles: int, seed: int = 1) -> list[Cycle]:
     target = TargetSpec("crash", tmp_path / "target", data_size="4MiB", pool_files=20,
                         pool_dirs=2)
     target.path.mkdir(parents=True)
-    database = tmp_path / "db" / "slowdown.db"
-    config = write_config(tmp_path / "slowdown.toml", database, [target],
-                          interval=f"{INTERVAL}s")
-    done = probe_cli(config, "prepare", "--no-progress")
-    assert done.returncode == 0, done.stderr
+    config, database = prepared(tmp_path, [target], interval=f"{INTERVAL}s")
     base = int(time.time()) // 60 * 60 - 3 * 86400  # minutes of their own, three days back
     before = snapshot(database).minutes
     results: list[Cycle] = []

@@ -52,6 +52,19 @@ def probe_cli(config: Path, *args: str, timeout: float = 120) -> subprocess.Comp
     )
 
 
+def prepared(tmp_path: Path, targets: Iterable[TargetSpec], **top: str) -> tuple[Path, Path]:
+    """The config (tmp_path/slowdown.toml) and database (tmp_path/db/slowdown.db) of
+    ``targets``, their paths made and prepared by `slowdown-probe prepare`."""
+    targets = list(targets)
+    database = tmp_path / "db" / "slowdown.db"
+    config = write_config(tmp_path / "slowdown.toml", database, targets, **top)
+    for t in targets:
+        t.path.mkdir(parents=True, exist_ok=True)
+    done = probe_cli(config, "prepare", "--no-progress")
+    assert done.returncode == 0, done.stderr
+    return config, database
+
+
 def start_service(config: Path, *args: str, env: dict | None = None,
                   wrap: list[str] | None = None, journal: bool = False) -> subprocess.Popen:
     """The service, its output in files: a worker stuck in a hung filesystem outlives the
@@ -132,6 +145,24 @@ def wait_for(predicate, timeout: float, step: float = 0.2, what: str = "conditio
             return value
         time.sleep(step)
     raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+def wait_live(database: Path, timeout: float = 15) -> None:
+    """Wait until the service's live state stands beside ``database``."""
+    wait_for(lambda: database.with_name(database.name + ".live.json").exists(), timeout,
+             what="the live state")
+
+
+def start_live(config: Path, database: Path, env: dict | None = None) -> subprocess.Popen:
+    """The service started and its live state written (its first tick done); stopped again
+    if that never comes."""
+    proc = start_service(config, env=env)
+    try:
+        wait_live(database)
+    except BaseException:
+        stop_service(proc)
+        raise
+    return proc
 
 
 def wait_next_minute(margin: float = 2.0) -> None:

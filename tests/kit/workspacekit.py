@@ -11,6 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from slowdown.analysis.config import DataSize, Target
+from slowdown.probe.workspaces.prepare import Workspace, prepare
 
 
 def kill_when(proc: subprocess.Popen, ready: Callable[[], bool], timeout: float = 20) -> None:
@@ -35,6 +36,13 @@ def make_target(path: Path, *, data_mib: int = 4, files: int = 40, dirs: int = 4
                 size: int = 3901, name: str = "t") -> Target:
     return Target(name=name, path=path, data_size=DataSize(bytes=data_mib * MIB),
                   pool_files=files, pool_dirs=dirs, object_size=size)
+
+
+def prepared_workspace(path: Path, **kw) -> tuple[Target, Path]:
+    """make_target(path, **kw) prepared for HOST: the target and its workspace directory."""
+    target = make_target(path, **kw)
+    prepare(target, HOST, progress=False)
+    return target, Workspace.of(target, HOST).dir
 
 
 def tree(root: Path) -> dict[str, tuple[int, int, int]]:

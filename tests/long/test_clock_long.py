@@ -29,11 +29,11 @@ from tests.kit.servicekit import (
     TargetSpec,
     live,
     output,
-    probe_cli,
+    prepared,
     start_service,
     stop_service,
     wait_for,
-    write_config,
+    wait_live,
 )
 
 HOUR = 3600.0
@@ -60,10 +60,7 @@ def test_clock_steps_forward_and_back(tmp_path):
     with FaultFS(tmp_path / "backing", tmp_path / "mnt") as fs:
         slow, plain = TargetSpec("fuse", fs.mountpoint), TargetSpec("plain", tmp_path / "plain")
         plain.path.mkdir()
-        database = tmp_path / "db" / "slowdown.db"
-        config = write_config(tmp_path / "slowdown.toml", database, [slow, plain])
-        done = probe_cli(config, "prepare", "--no-progress")
-        assert done.returncode == 0, done.stderr
+        config, database = prepared(tmp_path, [slow, plain])
         fs.delay(["read"], DELAY)
         clock = SteppedClock(tmp_path)
         clock.set(offset_to(40))  # the service's clock starts at second 40 of a minute K
@@ -84,8 +81,7 @@ def test_clock_steps_forward_and_back(tmp_path):
             cursor = clock.now()
 
         try:
-            wait_for(lambda: database.with_name("slowdown.db.live.json").exists(), 15,
-                     what="the live state")
+            wait_live(database)
             cursor = live(database)["started"]
             _resumed(database, clock)
             # K:50 -> K+60:50, an hour forward; the flush at K+61:00 writes K and K+60.

@@ -28,12 +28,11 @@ from tests.kit.servicekit import (
     TargetSpec,
     live,
     output,
-    probe_cli,
+    prepared,
     records,
-    start_service,
+    start_live,
     stop_service,
     wait_for,
-    write_config,
 )
 
 HANG = 600.0
@@ -48,15 +47,10 @@ def test_a_ten_minute_hang(tmp_path):
         healthy = TargetSpec("healthy", tmp_path / "healthy", data_size="16MiB",
                              pool_files=100, pool_dirs=10)
         healthy.path.mkdir()
-        database = tmp_path / "db" / "slowdown.db"
-        config = write_config(tmp_path / "slowdown.toml", database, [hung, healthy])
-        done = probe_cli(config, "prepare", "--no-progress")
-        assert done.returncode == 0, done.stderr
-        proc = start_service(config)
+        config, database = prepared(tmp_path, [hung, healthy])
+        proc = start_live(config, database)
         samples = []
         try:
-            wait_for(lambda: database.with_name("slowdown.db.live.json").exists(), 15,
-                     what="the live state")
             started = live(database)["started"]
             service = psutil.Process(proc.pid)
             time.sleep(10)

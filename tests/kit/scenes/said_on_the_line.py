@@ -24,9 +24,8 @@ from tests.kit.faultfs.realfs import ext4_image, tmpfs
 from tests.kit.servicekit import (
     TargetSpec,
     probe_cli,
-    start_service,
+    start_live,
     stop_service,
-    wait_for,
     write_config,
 )
 
@@ -71,10 +70,8 @@ def scene(tmp_path: Path) -> None:
         fs.fail("*", "ESHUTDOWN", path="t/*")
         if time.time() % 60 > 45:  # a few probes before the remount, in the same minute
             time.sleep(62 - time.time() % 60)
-        proc = start_service(config)
+        proc = start_live(config, database)
         try:
-            wait_for(lambda: database.with_name("slowdown.db.live.json").exists(), 15,
-                     what="the live state")
             time.sleep(3)
             # Nothing of the probe's is open for writing there: the remount is not refused.
             remount = subprocess.run(["mount", "-o", "remount,ro", str(ext4)],
