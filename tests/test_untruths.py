@@ -219,3 +219,27 @@ def test_names_and_globs_that_match_are_read_as_before(two_targets):
                     "--op", "md-stat", "--json")
     assert code == 0, out
     assert [(r["target"], r["op"]) for r in json.loads(out)["ops"]] == [("work", "md-stat")]
+
+
+def test_a_foreign_file_whose_service_says_its_records_do_not_land_is_said_in_one_line(tmp_path):
+    """The one database named is someone else's file, and the service writing that path says
+    its records are not reaching it: ``slowdown`` says why (exit 1), ``check`` is CRITICAL
+    with the same words, each in one line (the scene of tests/kit/scenes/live_database.py
+    meets it with a real service; this is the same read, quickly)."""
+    database = tmp_path / "slowdown.db"
+    with sqlite3.connect(database) as conn:
+        conn.execute("CREATE TABLE notes (text)")
+    now = time.time()
+    since = now - 90
+    records = {"ok": False, "path": str(database), "since": since, "moved": True,
+               "reason": "the file at the path is not a slowdown database", "episodes": []}
+    (tmp_path / "slowdown.db.live.json").write_text(json.dumps(
+        {"pid": 1, "host": "n0", "started": now - 600, "updated": now, "records": records}))
+    runner = CliRunner()
+    line = runner.invoke(main, ["--db", str(database)])
+    assert line.exit_code == 1 and isinstance(line.exception, SystemExit), line
+    assert "records are not reaching" in line.output and str(database) in line.output, line.output
+    check = runner.invoke(main, ["check", "--db", str(database)])
+    assert check.exit_code == 2, check.output
+    assert check.output.startswith("SLOWDOWN CRITICAL - records are not reaching"), check.output
+    assert len(check.output.splitlines()) == 1, check.output

@@ -50,7 +50,7 @@ class NotLanding(ViewError):
     ``service`` is that service's state, for the reader to say."""
 
     def __init__(self, service: ServiceState) -> None:
-        super().__init__(str(service.path))
+        super().__init__(str(service.database))
         self.service = service
 
 
