@@ -37,6 +37,7 @@ from tests.kit.servicekit import (
 )
 
 HOUR = 3600.0
+WAITED = 10.0  # the longest wait a held tick may count here, far below the smallest step
 DELAY = 0.3  # seconds added to every read through the FUSE target
 
 
@@ -119,11 +120,13 @@ def test_clock_steps_forward_and_back(tmp_path):
     for (sid, start), (count, errors, skipped, total, longest, _) in snap.minutes.items():
         _, target, op = snap.series[sid]
         per_minute.setdefault(start, Counter())[op] += count + errors + skipped
-        if count:  # no negative latency, none stretched by a step
+        if count:  # no negative latency, none stretched by a step (35 s or an hour)
             low = DELAY * 0.95 if (target, op) in (("fuse", "data-read"), ("fuse", "md-read")) \
                 else 0.0
             shortest = snap.minutes[(sid, start)][5]
-            assert 0 <= shortest <= longest < DELAY + 1.0, (target, op, start, longest)
+            # A tick skipped while a run still goes counts as its wait (docs/WINDOWS.md): the
+            # workers' start through the slow mount holds the first ticks for about 2 s.
+            assert 0 <= shortest <= longest < WAITED, (target, op, start, longest)
             assert low <= total / count, (target, op, start, total / count)
     # Distinct seconds of the service's clock lived in each minute: no op of a minute holds
     # more results than ticks could have happened in them (two targets, a tick a second).
