@@ -80,7 +80,9 @@ def test_collecting_then_stopped_with_a_real_service(one_target):
         assert (db["database"], db["host"], db["state"], db["targets"]) == \
             (str(database), "testhost", "collecting", {"one": "collecting"})
         assert db["first_numbers_at"] == due and db["last_seen"] <= doc["time"]
-        said = f"collecting since {format_clock(started)}, first numbers at {format_clock(due)}"
+        now = doc["time"]  # the service's clock: a date is said across midnight
+        said = (f"collecting since {format_clock(started, now)}, "
+                f"first numbers at {format_clock(due, now)}")
 
         done = read(database, offset=offset)
         assert done.returncode == 0, done.stderr
@@ -118,13 +120,13 @@ def test_collecting_then_stopped_with_a_real_service(one_target):
     assert done.returncode == 0, done.stderr
     (line,) = done.stdout.splitlines()
     assert "slowdown median  1m " in line
-    assert f"service stopped; numbers from {format_clock(minute)}, " in line
+    assert f"service stopped; numbers from {format_clock(minute, doc['time'])}, " in line
 
     later = offset + 600  # ten minutes on: the numbers are stale for check
     done = read(database, "check", offset=later)
     assert done.returncode == 3, done.stdout
-    assert done.stdout.startswith(
-        f"SLOWDOWN UNKNOWN - service stopped; numbers from {format_clock(minute)}, 1")
+    said = format_clock(minute, doc["time"] + 600)
+    assert done.stdout.startswith(f"SLOWDOWN UNKNOWN - service stopped; numbers from {said}, 1")
     assert "m ago" in done.stdout
 
     done = read(database, "watch", "--count", "1", offset=offset)
@@ -217,4 +219,5 @@ def test_a_cluster_names_the_host_whose_service_stopped(tmp_path):
     assert [(s["host"], s["state"], s["newest_record"]) for s in doc["services"]] == \
         [("n1", "running", minute), ("n2", "stopped", minute - 600)]
     alone = CliRunner().invoke(main, ["--db", str(tmp_path / "n2.db")])
-    assert f"service stopped; numbers from {format_clock(minute - 600)}, 10m ago" in alone.output
+    said = format_clock(minute - 600, time.time())  # with its date across midnight
+    assert f"service stopped; numbers from {said}, 10m ago" in alone.output

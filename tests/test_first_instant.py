@@ -160,6 +160,6 @@ def test_check_over_a_cluster_judges_the_running_and_names_the_stopped(tmp_path)
     assert done.returncode == 3, done.stdout
     text = done.stdout.split(" | ")[0]
     assert text.startswith("SLOWDOWN UNKNOWN - median over 10m: scratch service stopped on "
-                           f"n2; numbers from {format_clock(minute - 60)}, "), text
+                           f"n2; numbers from {format_clock(minute - 60, time.time())}, "), text
     assert ", work 1.0 (" in text, text
     assert "'work'=" in done.stdout and "'scratch'=" not in done.stdout
