@@ -81,6 +81,8 @@ class Fleet:
     per_hour: int = 240
     seed: int = 31
     host_spread: float = 0.2  # each host's level: up to +-20 % off the fleet's
+    wander: float = 0.0  # spread of a slow wander of each series' log level (AR(1), 0: none)
+    wander_hours: float = 12.0  # its correlation time
     names: tuple[str, ...] = field(default=())
     ops: tuple[str, ...] = OPS  # the ops written (fewer: a quicker fleet)
 
@@ -118,11 +120,26 @@ def write_host(path: Path, fleet: Fleet, host: str, number: int) -> int:
                 effects = target.effects if op in target.ops else STEADY
                 offset = float(rng.uniform(-fleet.host_spread, fleet.host_spread))
                 level = median_of(op) * (1 + offset) * effects.level(hours, fleet.start)
+                level *= np.exp(_wander(rng, len(hours), fleet.wander, fleet.wander_hours))
                 samples = rng.lognormal(0.0, fleet.sigma, (len(hours), fleet.per_hour))
                 yield from _records(host, target.name, op, hours, samples * level[:, None])
 
     with Store(path) as store:  # one transaction: one sync of the file
         return store.write(records())
+
+
+def _wander(rng: np.random.Generator, n: int, spread: float, hours: float) -> np.ndarray:
+    """A stationary AR(1) series of ``n`` hours, standard deviation ``spread``, correlation
+    time ``hours``: load that comes and goes, not a change that stays."""
+    out = np.zeros(n)
+    if spread <= 0:
+        return out
+    rho = float(np.exp(-1.0 / hours))
+    steps = rng.normal(0.0, spread * np.sqrt(1 - rho ** 2), n)
+    out[0] = rng.normal(0.0, spread)
+    for i in range(1, n):
+        out[i] = rho * out[i - 1] + steps[i]
+    return out
 
 
 def _records(host: str, target: str, op: str, hours: np.ndarray,

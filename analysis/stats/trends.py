@@ -10,7 +10,8 @@ The method, in log space (a factor on latency is a step there, the same for any 
 3. The change points: ``ruptures`` (kernel change-point detection with the linear kernel, the
    least-squares cost, pruned exact search) on the log level with the cycles taken away, at a
    penalty of ``PENALTY * noise**2 * log(n)``, ``noise`` the robust spread of the hour-to-hour
-   differences; segments of at least a day. Steps 2 and 3 are repeated until the change
+   differences, or of the day means' differences times sqrt(24) when hours wander together
+   (``_noise``); segments of at least a day. Steps 2 and 3 are repeated until the change
    points no longer move (a shift would otherwise leak into the cycles and back).
 4. Changes whose factor is below ``MIN_FACTOR`` are merged away; a segment that leaves the
    level of the one before it and comes back within ``MIN_FACTOR`` is an episode.
@@ -41,6 +42,8 @@ MIN_CYCLE = 1.1  # a cycle whose peak is less than 10 % over its trough is not r
 MIN_P = 1e-3
 SURE_SPAN = 72  # hours either side of a change weighed for how sure it is
 MIN_HOURS = 3 * 24  # fewer hours: nothing to say
+BLOCK = 24  # hours of a block whose means give the long-run noise
+MIN_BLOCKS = 8  # fewer blocks: the hour-to-hour noise alone
 WEEKDAYS = ("Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday")
 
 
@@ -151,9 +154,22 @@ def analyse(times: np.ndarray, values: np.ndarray) -> Trends | None:
 
 
 def _noise(y: np.ndarray) -> float:
-    """The spread of one hour's value, robustly, from the hour-to-hour differences (a shift
-    is one difference among hundreds; the median absolute deviation ignores it)."""
-    d = np.diff(y)
+    """The spread of one hour's value as a segment's mean sees it, robustly: from the
+    hour-to-hour differences (a shift is one difference among hundreds; the median absolute
+    deviation ignores it), or, where hours wander together (a slow afternoon is slow for
+    hours), from the differences of day means times sqrt(24) when that is larger: the
+    long-run spread, which the mean of a day's hours has, not the hour-to-hour one."""
+    hourly = _spread(np.diff(y))
+    days = len(y) // BLOCK
+    if days < MIN_BLOCKS:
+        return hourly
+    means = y[:days * BLOCK].reshape(days, BLOCK).mean(axis=1)
+    return max(hourly, _spread(np.diff(means)) * np.sqrt(BLOCK))
+
+
+def _spread(d: np.ndarray) -> float:
+    """The standard deviation of a value whose differences are ``d``, from their median
+    absolute deviation."""
     if len(d) == 0:
         return 0.0
     return float(np.median(np.abs(d - np.median(d))) / 0.6745 / np.sqrt(2))
