@@ -87,7 +87,8 @@ def findings_of(target: str, op: str, result, statistic: str, rebaseline) -> lis
         out.append({"target": target, "op": op, "kind": c.kind, "at": None,
                     "factor": round(c.factor, 4), "peak": c.peak, "trough": c.trough,
                     "peak_name": names(c.peak), "trough_name": names(c.trough),
-                    "explained": round(c.explained, 3), "p": c.p, "statistic": statistic})
+                    "explained": round(c.explained, 3), "p": c.p,
+                    "repeat": round(c.repeat, 3), "statistic": statistic})
     return out
 
 

@@ -18,8 +18,11 @@ The method, in log space (a factor on latency is a step there, the same for any 
 
 How sure a change is: of the hours up to three days either side of it, the share on their own
 side of the midpoint between the two levels (0.5 is a coin, 1 a clean step). A cycle is
-reported when its peak over its trough is at least ``MIN_CYCLE`` and a one-way analysis of
-variance of the hours by their hour of the day (day of the week) gives p < 0.001; how much of
+reported when its peak over its trough is at least ``MIN_CYCLE``, a one-way analysis of
+variance of the hours by their hour of the day (day of the week) gives p < 0.001, and it
+repeats: its profile from the first half of the range and from the second correlate at
+``MIN_REPEAT`` or more (hours that wander together pass the analysis of variance, which takes
+them for independent, but make no profile that comes back); how much of
 the variation it explains is the share of the variance of the log level within segments that
 the hour-of-day (day-of-week) means account for.
 
@@ -40,6 +43,7 @@ MIN_SEGMENT = 24  # steps (hours): a level that held less than a day did not sta
 MIN_FACTOR = 1.2  # a change smaller than 20 % is not one to act on
 MIN_CYCLE = 1.1  # a cycle whose peak is less than 10 % over its trough is not reported
 MIN_P = 1e-3
+MIN_REPEAT = 0.6  # a cycle repeats: its profiles of the two halves of the range correlate
 SURE_SPAN = 72  # hours either side of a change weighed for how sure it is
 MIN_HOURS = 3 * 24  # fewer hours: nothing to say
 BLOCK = 24  # hours of a block whose means give the long-run noise
@@ -89,6 +93,7 @@ class Cycle:
     factor: float
     explained: float
     p: float
+    repeat: float  # the correlation of the first half's profile with the second half's
 
 
 @dataclass(frozen=True)
@@ -146,10 +151,17 @@ def analyse(times: np.ndarray, values: np.ndarray) -> Trends | None:
                               float(np.exp(means[i])), _sure(z, segments, i, means), until))
         i += 1
     residual = y - level
-    total = float(np.var(residual))
-    cycles = [c for c in (_cycle("daily", daily, hour, residual, total),
-                          _cycle("weekly", weekly, weekday, residual - daily[hour], total)
-                          if weeks else None) if c is not None]
+    total = float(np.var(residual)) or 1.0
+    cycles = [_cycle("daily", daily, float(np.var(daily[hour])) / total, hour, residual)]
+    if weeks:  # tested on day means: a day's hours are not independent of each other
+        day = (t - t[0]) // DAY
+        counts = np.bincount(day)
+        sums = np.bincount(day, weights=residual - daily[hour])
+        whole = counts > 0
+        cycles.append(_cycle("weekly", weekly, float(np.var(weekly[weekday])) / total,
+                             ((t[0] // DAY + np.flatnonzero(whole)) + 3) % 7,
+                             sums[whole] / counts[whole]))
+    cycles = [c for c in cycles if c is not None]
     return Trends(int(t[0]), int(t[-1]), len(y), changes, episodes, cycles, noise)
 
 
@@ -237,10 +249,11 @@ def _sure(z: np.ndarray, segments: list[int], i: int, means: list[float]) -> flo
     return float(right / (len(before) + len(after)))
 
 
-def _cycle(kind: str, profile: np.ndarray, group: np.ndarray, residual: np.ndarray,
-           total: float) -> Cycle | None:
-    """The cycle of ``profile`` when it is large and clear enough (``MIN_CYCLE``, ``MIN_P``);
-    ``total``: the variance within segments, of which it explains a share."""
+def _cycle(kind: str, profile: np.ndarray, explained: float, group: np.ndarray,
+           residual: np.ndarray) -> Cycle | None:
+    """The cycle of ``profile`` when it is large, clear and repeated enough (``MIN_CYCLE``,
+    ``MIN_P``, ``MIN_REPEAT``), tested on ``residual`` by ``group`` (hours by hour of the
+    day; day means by day of the week); ``explained``: the share of the variation."""
     from scipy.stats import f_oneway  # lazily, as ruptures
 
     present = np.bincount(group, minlength=len(profile)) > 1
@@ -248,12 +261,15 @@ def _cycle(kind: str, profile: np.ndarray, group: np.ndarray, residual: np.ndarr
         return None
     factor = float(np.exp(profile[present].max() - profile[present].min()))
     p = float(f_oneway(*(residual[group == g] for g in np.flatnonzero(present))).pvalue)
-    explained = float(np.var(profile[group]) / total) if total > 0 else 0.0
-    if factor < MIN_CYCLE or not p < MIN_P:
+    n = len(group) // 2
+    halves = [_profile(residual[part], group[part], len(profile))
+              for part in (slice(0, n), slice(n, None))]
+    repeat = float(np.corrcoef(*halves)[0, 1]) if all(h.std() > 0 for h in halves) else 0.0
+    if factor < MIN_CYCLE or not p < MIN_P or not repeat >= MIN_REPEAT:
         return None
     masked = np.where(present, profile, np.nan)
     return Cycle(kind, int(np.nanargmax(masked)), int(np.nanargmin(masked)), factor,
-                 explained, p)
+                 explained, p, repeat)
 
 
 __all__ = ["MIN_FACTOR", "PENALTY", "WEEKDAYS", "Change", "Cycle", "Episode", "Trends",
