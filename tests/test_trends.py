@@ -17,6 +17,7 @@ from slowdown.analysis.cli.main import main
 from slowdown.analysis.store import Store
 from testdata import trendkit
 from tests.kit.cli_runner import runner
+from tests.kit.configkit import REFERENCE
 from tests.kit.fiologs import run as import_fio
 
 DAY = 86400
@@ -94,6 +95,14 @@ def test_text_says_what_to_do_and_its_command_works(fleet, tmp_path):
             "SELECT count(DISTINCT op), min(data_from) FROM baselines WHERE reason LIKE '%trends%'"
         ).fetchone()
     assert made == (len(OPS), kit.start + int(12.5 * DAY))
+    # With a configuration named, the command names it too, and still runs.
+    found = runner().invoke(main, ["--config", str(REFERENCE), "trends", "--db", str(host),
+                                   *at_end(kit), "--target", "shifted", "--json"],
+                            catch_exceptions=False)
+    command = next(f["command"] for f in json.loads(found.output) if f["kind"] == "change")
+    assert command[:4] == ["slowdown", "--config", str(REFERENCE), "rebaseline"]
+    done = runner().invoke(main, command[1:], catch_exceptions=False)
+    assert done.exit_code == 0, done.output
 
 
 def test_steady_fleet_and_cycles_in_text(fleet):

@@ -51,7 +51,8 @@ def trends(ctx, dbs, targets, hosts, ops, at, since, until, statistic, as_json):
             short.append(f"{target} {op}")
             continue
         found.append((target, op, result))
-    rebaseline = _rebaseline_args(dbs or ctx.obj.get("read", {}).get("dbs", ()),
+    rebaseline = _rebaseline_args(ctx.obj.get("config_path"),
+                                  dbs or ctx.obj.get("read", {}).get("dbs", ()),
                                   None if reader.at_now else end)
     findings = [f for target, op, result in found
                 for f in findings_of(target, op, result, statistic, rebaseline)]
@@ -92,18 +93,22 @@ def findings_of(target: str, op: str, result, statistic: str, rebaseline) -> lis
     return out
 
 
-def _rebaseline_args(dbs, to: int | None) -> list[str]:
+def _rebaseline_args(config, dbs, to: int | None) -> tuple[list[str], list[str]]:
+    """The options of the suggested ``slowdown rebaseline``: before the command (the
+    configuration read here), and after it (the files read here; the end looked at)."""
     args = [a for db in dbs for a in ("--db", db)]
-    return args + (["--to", _iso(to)] if to is not None else [])
+    return (["--config", str(config)] if config else [],
+            args + (["--to", _iso(to)] if to is not None else []))
 
 
-def _advice(target: str, op: str, c, rebaseline: list[str]) -> tuple[str, list[str]]:
+def _advice(target: str, op: str, c, rebaseline) -> tuple[str, list[str]]:
     """What to do about the level in force now, and the command that does it."""
     days = (c.until - c.at) / 86400
     verb = "rose" if c.factor > 1 else "fell"
     said = f"level {verb} {_factor(c.factor)} on {_day(c.at)}"
-    command = ["slowdown", "rebaseline", "--from", _iso(c.at), "--target", target,
-               *rebaseline, "--reason", f"{op} {said} (slowdown trends)"]
+    before, after = rebaseline
+    command = ["slowdown", *before, "rebaseline", "--from", _iso(c.at), "--target", target,
+               *after, "--reason", f"{op} {said} (slowdown trends)"]
     return (f"{op}'s {said} and has stayed for {days:.0f} days: rebaseline from that day "
             f"(`{shlex.join(command)}`) if this is the new normal"), command
 
