@@ -32,6 +32,7 @@ from pathlib import Path
 from click.testing import CliRunner
 
 from slowdown.analysis.cli.main import main
+from slowdown.analysis.stats import trends
 from testdata import trendkit
 
 DAY = 86400
@@ -97,6 +98,9 @@ def main_(argv: list[str] | None = None) -> None:
     parser.add_argument("--wander", type=float, default=0.0,
                         help="spread of a slow AR(1) wander of each series' log level")
     parser.add_argument("--wander-hours", type=float, default=12.0)
+    parser.add_argument("--penalty", type=float, default=None,
+                        help="the penalty factor of the runs over each host alone (default: "
+                             "stats/trends.py's PENALTY): its margin")
     parser.add_argument("--dir", type=Path, default=Path("/var/tmp/slowdown-trends"))
     args = parser.parse_args(argv)
     kit = trendkit.planted(hosts=args.hosts, days=args.days)
@@ -113,6 +117,9 @@ def main_(argv: list[str] | None = None) -> None:
     wall, cpu, found = timed_fleet_run(directory, fleet)
     merged = score(found, fleet)
     print(f"merged fleet: trends in {wall:.1f} s wall, {cpu:.1f} s CPU; {json.dumps(merged)}")
+    if args.penalty is not None:
+        trends.PENALTY = args.penalty
+    print(f"penalty {trends.PENALTY:g} * noise^2 * log(n) for the hosts alone")
     totals = {"found": 0, "planted": 0, "false": 0, "errors": [], "cycles": 0, "cycles_of": 0,
               "extra": 0, "episodes": 0, "episodes_of": 0}
     for path in paths:

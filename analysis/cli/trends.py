@@ -4,6 +4,7 @@ the stretches it left and came back, the daily and weekly cycles, and what to do
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import shlex
 
@@ -37,20 +38,25 @@ def trends(ctx, dbs, targets, hosts, ops, at, since, until, statistic, as_json):
     reader = cli.open_reader(ctx, dbs, targets, hosts, ops, at)
     start, end = cli.minute_range(reader, since, until)
     selection = Selection(reader.hosts, reader.targets, reader.ops, start, end)
+    found, short = [], []
     try:
-        cells = series.history(reader.stores, selection, STEP, [statistic], moments=False)
+        pairs = sorted({(t, o) for t, o, *_ in series.selected_series(reader.stores,
+                                                                       selection)})
+        for pair in pairs:  # one (target, op) in memory at a time: 60 days of minutes
+            cells = series.history(reader.stores, dataclasses.replace(selection, pairs=(pair,)),
+                                   STEP, [statistic], moments=False)
+            if not len(cells):
+                continue
+            result = analyse(cells.start, cells.quantiles[statistic])
+            if result is None:
+                short.append(" ".join(pair))
+            else:
+                found.append((*pair, result))
     except StoreError as exc:
         raise click.ClickException(str(exc)) from None
-    if not len(cells):
+    if not found and not short:
         raise click.ClickException(f"{reader.nothing_to_show()} between {_day(start)} and "
                                    f"{_day(end)}")
-    found, short = [], []
-    for (target, op), run in series.runs(cells).items():
-        result = analyse(cells.start[run], cells.quantiles[statistic][run])
-        if result is None:
-            short.append(f"{target} {op}")
-            continue
-        found.append((target, op, result))
     rebaseline = _rebaseline_args(ctx.obj.get("config_path"),
                                   dbs or ctx.obj.get("read", {}).get("dbs", ()),
                                   None if reader.at_now else end)
