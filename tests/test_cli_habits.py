@@ -64,6 +64,7 @@ READ_COMMANDS = [
     ("check", "--at", AT, "-w", "100", "-c", "1000"),
     ("stats", "--at", AT, "--since", "1h"),
     ("history", "--at", AT, "--since", "10m"),
+    ("trends", "--at", AT, "--since", "1h"),
     ("watch", "--at", AT, "--count", "1"),
     ("alerts",),
     ("rebaseline", "--reason", "test", "--from", "2026-11-01T00:00:00Z",
