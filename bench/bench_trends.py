@@ -59,7 +59,7 @@ def score(found: list[dict], fleet: trendkit.Fleet) -> dict:
     cycles = {(f["target"], f["op"], f["kind"]) for f in found
               if f["kind"] in ("daily", "weekly")}
     dips = {(t.name, op) for t in fleet.targets if t.effects.dip for op in t.ops
-            if op in fleet.ops}
+            if op in fleet.ops and sum(t.effects.dip[:2]) < fleet.days}
     episodes = {(f["target"], f["op"]) for f in found if f["kind"] == "episode"}
     return {"planted": len(trendkit.planted_changes(fleet)), "found": hits,
             "episodes_found": len(dips & episodes), "episodes_planted": len(dips),

@@ -165,7 +165,8 @@ def write_fleet(directory: Path, fleet: Fleet) -> list[Path]:
 def planted_changes(fleet: Fleet) -> list[tuple[str, str, int, float]]:
     """(target, op, moment, factor) of every shift that stays."""
     return [(t.name, op, int(fleet.start + day * DAY), factor) for t in fleet.targets
-            for op in t.ops if op in fleet.ops for day, factor in t.effects.shifts]
+            for op in t.ops if op in fleet.ops for day, factor in t.effects.shifts
+            if day < fleet.days]
 
 
 def steady_pairs(fleet: Fleet) -> list[tuple[str, str]]:

@@ -163,3 +163,20 @@ def test_service_threads_measures_every_thread_of_service_and_workers(tmp_path):
     assert len(service) >= 4 and len(workers) == 1  # main, scheduler, live state, reader
     assert run["total_pct"] > 0 and workers[0]["wakeups_per_s"] >= 0.5  # one run a second
     assert run["total_pct"] == pytest.approx(run["service_pct"] + run["workers_pct"], abs=0.002)
+
+
+def test_bench_trends_small_fleet_prints_its_scores(tmp_path):
+    """One host of 21 days (its shift on day 12.5; the later effects beyond its end)."""
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.bench_trends", "--hosts", "1", "--days", "21",
+         "--per-hour", "30", "--dir", str(tmp_path)],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    merged = next(line for line in done.stdout.splitlines() if line.startswith("merged fleet"))
+    assert re.search(r"trends in [\d.]+ s wall, [\d.]+ s CPU", merged), merged
+    score = json.loads(merged.split("; ", 1)[1])
+    assert (score["planted"], score["found"], score["false"]) == (1, 1, 0), score
+    assert score["cycles_found"] == score["cycles_planted"] == 12
+    assert "hosts alone: shifts found 1 of 1" in done.stdout
+    assert "false changes 0: 0.00 per 100 host-days" in done.stdout
