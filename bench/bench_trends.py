@@ -89,6 +89,33 @@ def timed_fleet_run(directory: Path, fleet: trendkit.Fleet) -> tuple[float, floa
     return wall, cpu, json.loads(done.stdout)
 
 
+def minutes_fleet(directory: Path, hosts: int, days: int) -> Path:
+    """``hosts`` files of minute records (md-stat and data-read of one target: 2x from day
+    12.5, daily 1.6x, Sundays 1.4x): one written, the others copies under their own host
+    name. Returns their directory."""
+    import shutil
+
+    from slowdown.analysis.store import Store
+
+    effects = trendkit.Effects(shifts=((12.5, 2.0),), daily=1.6, weekly=1.4)
+    where = directory / f"minutes-{hosts}h-{days}d"
+    where.mkdir(parents=True, exist_ok=True)
+    first = where / "m01.db"
+    if not first.exists():
+        building = where / "m01.building"
+        trendkit.write_minutes(building, effects, days=days)
+        building.rename(first)
+    for i in range(2, hosts + 1):
+        path = where / f"m{i:02d}.db"
+        if not path.exists():
+            building = where / f"m{i:02d}.building"
+            shutil.copy(first, building)
+            with Store(building) as store:
+                store.conn.execute("UPDATE series SET host = ?", (f"m{i:02d}",))
+            building.rename(path)
+    return where
+
+
 def main_(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--hosts", type=int, default=16)
@@ -102,7 +129,17 @@ def main_(argv: list[str] | None = None) -> None:
                         help="the penalty factor of the runs over each host alone (default: "
                              "stats/trends.py's PENALTY): its margin")
     parser.add_argument("--dir", type=Path, default=Path("/var/tmp/slowdown-trends"))
+    parser.add_argument("--minutes", action="store_true",
+                        help="time trends over --hosts files of minute records instead "
+                             "(two series each; see minutes_fleet)")
     args = parser.parse_args(argv)
+    if args.minutes:
+        where = minutes_fleet(args.dir, args.hosts, args.days)
+        wall, cpu, found = timed_fleet_run(where, trendkit.Fleet((), days=args.days))
+        changes = [(f["op"], f["kind"], f["factor"]) for f in found]
+        print(f"minutes, {args.hosts} hosts merged ({where}): trends in {wall:.1f} s wall, "
+              f"{cpu:.1f} s CPU; {changes}")
+        return
     kit = trendkit.planted(hosts=args.hosts, days=args.days)
     fleet = trendkit.Fleet(kit.targets, hosts=args.hosts, days=args.days,
                            per_hour=args.per_hour, sigma=args.sigma, wander=args.wander,

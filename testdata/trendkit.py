@@ -150,6 +150,30 @@ def _records(host: str, target: str, op: str, hours: np.ndarray,
         yield Record(host, target, op, start, h, span=HOUR)
 
 
+def write_minutes(path: Path, effects: Effects, *, host: str = "m01", target: str = "work",
+                  ops: tuple[str, ...] = ("md-stat", "data-read"), start: int = START,
+                  days: int = 60, per_minute: int = 60, sigma: float = 0.4,
+                  seed: int = 31) -> int:
+    """One host's file of minute records (as the service keeps them for ``retention``), a
+    day per transaction; returns the records written."""
+    rng = np.random.default_rng(seed)
+    minutes = np.arange(start, start + days * DAY, 60, dtype=np.int64)
+    written = 0
+    with Store(path) as store:
+        for op in ops:
+            level = median_of(op) * effects.level(minutes, start)
+            for first in range(0, len(minutes), 1440):
+                part = slice(first, first + 1440)
+                samples = rng.lognormal(0.0, sigma, (len(minutes[part]), per_minute))
+                batch = []
+                for t, values in zip(minutes[part].tolist(), samples * level[part, None]):
+                    h = Histogram()
+                    h.record_many(values)
+                    batch.append(Record(host, target, op, t, h))
+                written += store.write(batch)
+    return written
+
+
 def write_fleet(directory: Path, fleet: Fleet) -> list[Path]:
     """One file per host in ``directory`` (made; files already there are left alone)."""
     directory.mkdir(parents=True, exist_ok=True)

@@ -41,7 +41,7 @@ def trends(*args: str, code: int = 0) -> list | str:
     assert result.exit_code == code, (result.output, result.stderr)
     if code:
         return result.stderr
-    return json.loads(result.output) if "--json" in args else result.output
+    return json.loads(result.stdout) if "--json" in args else result.stdout
 
 
 def at_end(kit) -> list[str]:
@@ -88,6 +88,7 @@ def test_text_says_what_to_do_and_its_command_works(fleet, tmp_path):
     found = trends("--db", str(host), *at_end(kit), "--target", "shifted", "--json")
     assert [f["command"] for f in found if f["kind"] == "change"] == [command]
     assert command[:4] == ["slowdown", "rebaseline", "--from", "2026-09-13T12:00Z"]
+    assert command[command.index("--to") + 1] == "2026-10-31T00:00Z"  # the end looked at
     done = runner().invoke(main, command[1:], catch_exceptions=False)
     assert done.exit_code == 0, done.output
     with Store(host, readonly=True) as store:
@@ -149,6 +150,24 @@ def test_bad_input_is_one_line_and_a_nonzero_exit(fleet, tmp_path):
     out = trends("--db", str(directory / "h01.db"), "--at", f"@{kit.end}", "--since", "2d",
                  "--target", "steady")
     assert "too few hours (under 3 days) for: steady data-read, steady md-stat" in out
+    result = runner().invoke(main, ["trends", "--db", str(directory / "h01.db"), "--at",
+                                    f"@{kit.end}", "--since", "2d", "--target", "steady",
+                                    "--json"], catch_exceptions=False)
+    assert (result.exit_code, json.loads(result.stdout)) == (0, [])
+    assert "too few hours (under 3 days) for: steady data-read" in result.stderr
+
+
+def test_a_cluster_goes_on_without_a_file_it_cannot_read(fleet, tmp_path):
+    kit, directory = fleet
+    for name in ("h01.db", "h02.db"):
+        shutil.copy(directory / name, tmp_path / name)
+    (tmp_path / "h03.db").write_text("not a database\n")
+    result = runner().invoke(main, ["trends", "--db", str(tmp_path / "*.db"), "--at",
+                                    f"@{kit.end}", "--target", "shifted", "--op", "md-stat",
+                                    "--json"], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    assert f"note: {tmp_path / 'h03.db'} left out" in result.stderr
+    assert [f["kind"] for f in json.loads(result.stdout)] == ["change"]
 
 
 def test_plain_slowdown_does_not_load_ruptures_or_scipy():

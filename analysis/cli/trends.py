@@ -59,12 +59,16 @@ def trends(ctx, dbs, targets, hosts, ops, at, since, until, statistic, as_json):
                                    f"{_day(end)}")
     rebaseline = _rebaseline_args(ctx.obj.get("config_path"),
                                   dbs or ctx.obj.get("read", {}).get("dbs", ()),
-                                  None if reader.at_now else end)
+                                  None if reader.at_now and until is None else end)
     findings = [f for target, op, result in found
                 for f in findings_of(target, op, result, statistic, rebaseline)]
+    for path, why in reader.skipped:  # a cluster view goes on without a file it cannot read
+        click.echo(f"note: {path} left out: {why}", err=True)
     if as_json:
         from slowdown.analysis.cli.output import dump_json
 
+        if short:
+            click.echo(f"note: {_short(short)}", err=True)
         dump_json(findings)
         return
     click.echo(text(found, findings, statistic, short))
@@ -149,8 +153,12 @@ def text(found, findings: list[dict], statistic: str, short: list[str]) -> str:
             lines.append("  steady: no change, no cycle")
         lines += [f"  what to do: {f['do']}" for f in mine if "do" in f]
     if short:
-        lines.append(f"too few hours (under 3 days) for: {', '.join(short)}")
+        lines.append(_short(short))
     return "\n".join(lines)
+
+
+def _short(names: list[str]) -> str:
+    return f"too few hours (under 3 days) for: {', '.join(names)}"
 
 
 def _factor(value: float) -> str:
