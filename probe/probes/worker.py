@@ -223,8 +223,9 @@ class Answers:
     """The worker's stdout: a run's lines in one write at its end, unless the run is slow;
     its position in the shared page after each op."""
 
-    def __init__(self, out: TextIO, progress: Progress | None) -> None:
+    def __init__(self, out: TextIO, progress: Progress | None, born: float = 0.0) -> None:
         self._out = out
+        self._born = born  # monotonic time this worker began its work (its imports done)
         self._progress = progress
         self._held: list[str] = []
         self._tick = 0
@@ -234,11 +235,13 @@ class Answers:
 
     def start(self, tick: int, sent: object = None) -> None:
         """A run begins; `sent`: when the service sent its tick (monotonic), if it says: a
-        tick read late (this worker was stuck before it) was in flight since then."""
+        tick read late (this worker was stuck before it, in the workspace's lock) was in flight
+        since then, though not before this worker began (its interpreter's start is no wait on
+        the filesystem)."""
         now = time.monotonic()
         ok = isinstance(sent, (int, float)) and not isinstance(sent, bool) and sent <= now
         self._tick, self._done = tick, 0
-        self._started = self._since = float(sent) if ok else now  # type: ignore[arg-type]
+        self._started = self._since = max(float(sent), self._born) if ok else now  # type: ignore[arg-type]
         if self._progress is not None:
             self._progress.set(tick, 0, self._started)
 
@@ -266,8 +269,9 @@ def main() -> int:
     progress = None
     if len(sys.argv) > 3 and sys.argv[2] == "--progress-fd":
         progress = Progress.attach(int(sys.argv[3]))
+    born = time.monotonic()
     probes = Probes(workspace, sync="--sync" in sys.argv[2:])
-    emit = Answers(sys.stdout, progress)
+    emit = Answers(sys.stdout, progress, born)
 
     signal.signal(signal.SIGUSR1, _on_abandon)
     probes.claim_workspace(emit)
