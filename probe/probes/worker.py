@@ -15,6 +15,13 @@ stdout, one line per finished op, in the order of the registered probes' ops
     {"tick": N, "op": "md-read", "err": "EIO", "msg": "...", "lat": 51.2, "at": 1763762400.6}
     {"tick": N, "end": true, "mode": "direct"}
 
+A tick may carry ``"sent"``, the service's monotonic time when it sent it (the clock is the
+machine's, one for every process). An op's line carries ``"shown"`` when the op was in flight,
+as the service saw it on the shared page, longer than its timed call by more than
+``HOLD_ANSWERS``: from the tick's sending (the first op: a worker stuck in taking the lock, in
+opening its files or in statvfs before it) or the previous op's return, to its own. That wait
+was shown as the op stuck; the service records the op with it (SPEC: its full latency).
+
 Once a minute the end line also carries the workspace filesystem's free space and inodes
 (``"space": {"bytes_free", "bytes", "files_free", "files"}``): a full filesystem fails every
 user's write while the probe, which only overwrites blocks it has, would read healthy.
@@ -50,6 +57,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
+from slowdown.probe.layout.fs_counts import free_inodes
 from slowdown.probe.layout.path_safety import check_workspace
 from slowdown.probe.locks.workspace_lock import WorkspaceLock
 from slowdown.probe.probes import Probe, Result, error_of, probe_ops, registered
@@ -90,7 +98,7 @@ class Probes:
         user may use them (``statvfs``), at most once every ``SPACE_EVERY`` seconds, else
         None. Taken before the run's first op, outside the timed calls: a hang here shows as
         that op stuck. A count the filesystem does not know is None (ceph-fuse answers -1
-        free inodes; some say 0 of 0)."""
+        free inodes beside the count of files in use; some say 0 of 0: layout/fs_counts.py)."""
         now = time.monotonic()
         if now - self._space_at < SPACE_EVERY:
             return None
@@ -99,10 +107,10 @@ class Probes:
             st = os.statvfs(self.workspace)
         except OSError:
             return None
-        known = st.f_files > 0 and st.f_favail <= st.f_files
+        files_free = free_inodes(st)
         return {"bytes_free": st.f_bavail * st.f_frsize, "bytes": st.f_blocks * st.f_frsize,
-                "files_free": st.f_favail if known else None,
-                "files": st.f_files if known else None}
+                "files_free": files_free,
+                "files": st.f_files if files_free is not None else None}
 
     def _open(self) -> None:
         """Open each probe not open yet, the last registered first: the md probe, which
@@ -215,16 +223,25 @@ class Answers:
     """The worker's stdout: a run's lines in one write at its end, unless the run is slow;
     its position in the shared page after each op."""
 
-    def __init__(self, out: TextIO, progress: Progress | None) -> None:
+    def __init__(self, out: TextIO, progress: Progress | None, born: float = 0.0) -> None:
         self._out = out
+        self._born = born  # monotonic time this worker began its work (its imports done)
         self._progress = progress
         self._held: list[str] = []
         self._tick = 0
         self._done = 0
         self._started = 0.0
+        self._since = 0.0  # when the op in flight began to be shown so
 
-    def start(self, tick: int) -> None:
-        self._tick, self._done, self._started = tick, 0, time.monotonic()
+    def start(self, tick: int, sent: object = None) -> None:
+        """A run begins; `sent`: when the service sent its tick (monotonic), if it says: a
+        tick read late (this worker was stuck before it, in the workspace's lock) was in flight
+        since then, though not before this worker began (its interpreter's start is no wait on
+        the filesystem)."""
+        now = time.monotonic()
+        ok = isinstance(sent, (int, float)) and not isinstance(sent, bool) and sent <= now
+        self._tick, self._done = tick, 0
+        self._started = self._since = max(float(sent), self._born) if ok else now  # type: ignore[arg-type]
         if self._progress is not None:
             self._progress.set(tick, 0, self._started)
 
@@ -233,6 +250,10 @@ class Answers:
         if "op" in message:
             message["at"] = time.time()
             if message.get("tick") == self._tick:
+                shown = now - self._since
+                if not message.get("skip") and shown - message.get("lat", 0.0) > HOLD_ANSWERS:
+                    message["shown"] = shown
+                self._since = now
                 self._done += 1
                 if self._progress is not None:
                     self._progress.set(self._tick, self._done, now)
@@ -248,8 +269,9 @@ def main() -> int:
     progress = None
     if len(sys.argv) > 3 and sys.argv[2] == "--progress-fd":
         progress = Progress.attach(int(sys.argv[3]))
+    born = time.monotonic()
     probes = Probes(workspace, sync="--sync" in sys.argv[2:])
-    emit = Answers(sys.stdout, progress)
+    emit = Answers(sys.stdout, progress, born)
 
     signal.signal(signal.SIGUSR1, _on_abandon)
     probes.claim_workspace(emit)
@@ -261,7 +283,7 @@ def main() -> int:
         except ValueError:
             continue
         if "tick" in command:
-            emit.start(int(command["tick"]))
+            emit.start(int(command["tick"]), command.get("sent"))
             probes.tick(int(command["tick"]), emit)
             if _abandoned:
                 break
