@@ -35,6 +35,7 @@ SUBCOMMANDS = {
     "import-fio": "import_fio:import_fio",
     "report": "report:report",
     "rebaseline": "rebaseline:rebaseline_command",
+    "motd": "motd_command:motd",
 }
 
 
