@@ -163,3 +163,14 @@ def test_service_threads_measures_every_thread_of_service_and_workers(tmp_path):
     assert len(service) >= 4 and len(workers) == 1  # main, scheduler, live state, reader
     assert run["total_pct"] > 0 and workers[0]["wakeups_per_s"] >= 0.5  # one run a second
     assert run["total_pct"] == pytest.approx(run["service_pct"] + run["workers_pct"], abs=0.002)
+
+
+def test_bench_startup_one_round_prints_its_ratios():
+    """One round of the start-up benchmark: the three commands, each with its ratio (the
+    benchmark itself checks that the line and the notice were printed)."""
+    done = subprocess.run([sys.executable, "-m", "bench.bench_startup", "--rounds", "1"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    rows = {line[:16].strip(): line.split()[-1] for line in done.stdout.splitlines()[2:]}
+    assert set(rows) == {"python -c pass", "slowdown", "slowdown motd"}, done.stdout
+    assert rows["python -c pass"] == "1.00" and float(rows["slowdown"]) > 1
