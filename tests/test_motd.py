@@ -188,3 +188,12 @@ def test_plain_line_imports_no_numpy_nor_rich(slow_node: Path) -> None:
         loaded = set(done.stderr.split())
         assert "slowdown.analysis.store.store" in loaded  # the probe sees the real imports
         assert not {m for m in loaded if m.split(".")[0] in without}, args
+
+
+def test_check_config_names_a_bad_motd_key(tmp_path: Path) -> None:
+    """The notice says nothing of a bad [motd]; check-config names the key and its line."""
+    config = motd_config(tmp_path / "c.toml", tmp_path / "h1.db", tmp_path, deadline="1m")
+    done = subprocess.run([shutil.which("slowdown-probe") or "slowdown-probe", "check-config",
+                           "--config", str(config)], capture_output=True, text=True, timeout=60)
+    assert done.returncode != 0
+    assert f"{config}:5: motd.deadline: must be at most 10s" in done.stderr, done.stderr
