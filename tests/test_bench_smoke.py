@@ -180,3 +180,14 @@ def test_bench_trends_small_fleet_prints_its_scores(tmp_path):
     assert score["cycles_found"] == score["cycles_planted"] == 12
     assert "hosts alone: shifts found 1 of 1" in done.stdout
     assert "false changes 0: 0.00 per 100 host-days" in done.stdout
+
+
+def test_bench_startup_one_round_prints_its_ratios():
+    """One round of the start-up benchmark: the three commands, each with its ratio (the
+    benchmark itself checks that the line and the notice were printed)."""
+    done = subprocess.run([sys.executable, "-m", "bench.bench_startup", "--rounds", "1"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    rows = {line[:16].strip(): line.split()[-1] for line in done.stdout.splitlines()[2:]}
+    assert set(rows) == {"python -c pass", "slowdown", "slowdown motd"}, done.stdout
+    assert rows["python -c pass"] == "1.00" and float(rows["slowdown"]) > 1

@@ -36,6 +36,7 @@ SUBCOMMANDS = {
     "report": "report:report",
     "rebaseline": "rebaseline:rebaseline_command",
     "trends": "trends:trends",
+    "motd": "motd_command:motd",
 }
 
 

@@ -28,6 +28,7 @@ from slowdown.analysis.config.model import (
     DataSize,
     FleetConfig,
     MetricsConfig,
+    MotdConfig,
     PublishConfig,
     Target,
 )
@@ -48,6 +49,7 @@ __all__ = [
     "DataSize",
     "FleetConfig",
     "MetricsConfig",
+    "MotdConfig",
     "PublishConfig",
     "Target",
     "data_dir",

@@ -32,6 +32,7 @@ from slowdown.analysis.config.model import (
     FleetConfig,
     KeepConfig,
     MetricsConfig,
+    MotdConfig,
     PublishConfig,
     Target,
 )
@@ -75,6 +76,7 @@ _TOP_KEYS = (
     "publish",
     "alert",
     "fleet",
+    "motd",
 )
 _BASELINE_KEYS = ("period", "expected", "provisional_after", "zone")
 _KEEP_KEYS = ("node", "alert_log", "sent_alerts", "hours")
@@ -84,6 +86,8 @@ _METRICS_KEYS = ("listen", "textfile", "textfile_every")
 _PUBLISH_KEYS = ("dir", "every")
 _FLEET_KEYS = ("prometheus", "databases", "window", "statistic", "slow", "share", "min_peers",
                "stale", "timeout")
+_MOTD_KEYS = ("enabled", "deadline")
+MOTD_LONGEST = 10.0  # seconds: a login notice must never make a login wait longer
 
 
 class _Checker(_AlertChecks):
@@ -125,6 +129,7 @@ class _Checker(_AlertChecks):
                        "the database itself; publish to another directory")
         alerts = self.alerts(data, self.target_names)
         fleet = self.fleet(data, windows, statistics, targets)
+        motd = self.motd(data)
         if self.errors:
             return None
         return Config(
@@ -145,6 +150,7 @@ class _Checker(_AlertChecks):
             keep=keep,
             publish=publish,
             fleet=fleet,
+            motd=motd,
         )
 
     def baseline(self, data: Mapping[str, Any]) -> BaselineConfig:
@@ -298,6 +304,22 @@ class _Checker(_AlertChecks):
         if any(v is _MISSING for v in (directory, every)):
             return None
         return PublishConfig(dir=directory, every=every)
+
+    def motd(self, data: Mapping[str, Any]) -> MotdConfig:
+        """[motd]: the login notice, off unless ``enabled``; ``deadline`` bounds it."""
+        table = self.table(data, "motd", ())
+        if table is None:
+            return MotdConfig()
+        path: KeyPath = ("motd",)
+        self.unknown_keys(table, _MOTD_KEYS, path)
+        enabled = self.get(table, "enabled", path, _as_bool, False)
+        deadline = self.get(table, "deadline", path, _positive_duration, MotdConfig.deadline)
+        if deadline is not _MISSING and deadline > MOTD_LONGEST:
+            self.error((*path, "deadline"), "must be at most 10s (a login waits for it); "
+                       f"got {format_duration(deadline)}")
+        if _MISSING in (enabled, deadline):
+            return MotdConfig()
+        return MotdConfig(enabled=enabled, deadline=deadline)
 
     def fleet(self, data: Mapping[str, Any], windows: Any, statistics: Any,
               targets: Sequence[Target] = ()) -> FleetConfig | None:

@@ -220,6 +220,15 @@ class FleetConfig:
 
 
 @dataclass(frozen=True)
+class MotdConfig:
+    """The login notice (``slowdown motd``, run by ``/etc/profile.d/slowdown.sh``): off
+    unless a site turns it on, and bounded, so that a login never waits on it."""
+
+    enabled: bool = False
+    deadline: float = 0.1  # seconds from its start: then it gives up, silently
+
+
+@dataclass(frozen=True)
 class ActionConfig:
     """What an alert does: ``type`` and its validated options, every option present.
 
@@ -283,6 +292,7 @@ class Config:
     keep: KeepConfig = KeepConfig()
     publish: PublishConfig | None = None  # copies for cluster views: off unless configured
     fleet: FleetConfig | None = None  # [fleet]: where the verdict's peers are read
+    motd: MotdConfig = MotdConfig()  # [motd]: the login notice, off by default
 
     def target(self, name: str) -> Target:
         """The target of that name; KeyError when there is none."""
