@@ -1,12 +1,12 @@
 """The scenes of minutes, run beside the session's other tests (a plugin, tests/conftest.py).
 
-A scene waits on minute boundaries far more than it works. Their tests (tests/test_scenes.py,
-one per scene, marked ``scene(NAME)``) move to the end of the session, before the GlusterFS
-testbed's; the scenes start, side by side, where those tests stood, run beside the tests
-that followed them, and their tests then wait for what is left. Starting where they stood
-keeps what runs beside them as it was: in CI, the other interpreters' suites have ended by
-then. Each scene runs in a thread of its own with its own directory; its test re-raises the
-scene's own AssertionError.
+A scene waits on minute boundaries far more than it works. Its test (marked ``scene(NAME)``:
+tests/test_scenes.py, and a test of the service's that is one) moves to the end of the
+session, before the GlusterFS testbed's; the scene starts where its test stood, runs beside
+the tests that followed it, and its test then waits for what is left. Starting where it
+stood keeps what runs beside it much as it was: in CI, the scenes of tests/test_scenes.py
+start after the other interpreters' suites have ended. Each scene runs in a thread of its own
+with its own directory; its test re-raises the scene's own AssertionError.
 
 A session that ends before a scene's test ran (``-x``, an interrupt) still waits for the
 scene, so that no service of it is left running.
@@ -21,12 +21,19 @@ from pathlib import Path
 
 import pytest
 
-from tests.kit.scenes import live_database, said_on_the_line, slow_minutes, writer_locks
+from tests.kit.scenes import (
+    live_database,
+    said_on_the_line,
+    slow_minutes,
+    whole_minutes,
+    writer_locks,
+)
 
 SCENES: dict[str, Callable[[Path], None]] = {
     "live_database": live_database.scene,
     "said_on_the_line": said_on_the_line.scene,
     "slow_minutes": slow_minutes.scene,
+    "whole_minutes": whole_minutes.scene,
     "writer_locks": writer_locks.scene,
 }
 
@@ -75,20 +82,26 @@ def _chosen(items: list) -> set[str]:
     return names
 
 
-_START: list[str] = []  # the node id of the test where the scenes start
+_START: dict[str, list[str]] = {}  # node id of a test: the scenes that start with it
 
 
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config, items: list) -> None:
-    """The scene tests moved before the testbed's (sorted last by tests/conftest.py); the
-    scenes start at the test that took the first one's place."""
+    """The scene tests moved before the testbed's (sorted last by tests/conftest.py); each
+    scene starts at the test that took its own test's place."""
     scenes = [item for item in items if item.get_closest_marker("scene") is not None]
     if not scenes:
         return
     _chosen(scenes)
-    first = items.index(scenes[0])
     rest = [item for item in items if item.get_closest_marker("scene") is None]
-    _START[:] = [rest[first].nodeid] if first < len(rest) else []
+    _START.clear()
+    waiting: list[str] = []  # scenes whose tests stood before the test at hand
+    for item in items:
+        marker = item.get_closest_marker("scene")
+        if marker is not None:
+            waiting.append(marker.args[0])
+        elif waiting:
+            _START[item.nodeid], waiting = waiting, []
     end = next((i for i, item in enumerate(rest)
                 if item.get_closest_marker("testbed") is not None), len(rest))
     items[:] = rest[:end] + scenes + rest[end:]
@@ -96,12 +109,13 @@ def pytest_collection_modifyitems(config, items: list) -> None:
 
 @pytest.fixture(autouse=True)
 def _scenes_start_here(request, tmp_path_factory) -> None:
-    """The scenes of the tests selected (``-k``, ``-m``) start at the test where the first
-    of them stood, or at the first of them."""
+    """The scenes whose tests stood here start (a scene's own test starts it too, and every
+    scene not yet started: the testbed's tests never run beside one)."""
     node = request.node
-    if node.nodeid not in _START and node.get_closest_marker("scene") is None:
-        return
-    for name in sorted(_chosen(request.session.items) - set(_RUNS)):
+    names = set(_START.get(node.nodeid, ()))
+    if node.get_closest_marker("scene") is not None:
+        names |= _chosen(request.session.items)
+    for name in sorted(names - set(_RUNS)):
         _RUNS[name] = Run(SCENES[name], tmp_path_factory.mktemp(name))
 
 
