@@ -1,12 +1,13 @@
 """The scenes of minutes, run beside the session's other tests (a plugin, tests/conftest.py).
 
 A scene waits on minute boundaries far more than it works. Its test (marked ``scene(NAME)``:
-tests/test_scenes.py, and a test of the service's that is one) moves to the end of the
-session, before the GlusterFS testbed's; the scene starts where its test stood, runs beside
-the tests that followed it, and its test then waits for what is left. Starting where it
-stood keeps what runs beside it much as it was: in CI, the scenes of tests/test_scenes.py
-start after the other interpreters' suites have ended. Each scene runs in a thread of its own
-with its own directory; its test re-raises the scene's own AssertionError.
+those of tests/test_scenes.py, and one each in tests/test_service.py and
+tests/test_first_run.py) moves to the end of the session, before the GlusterFS testbed's; the
+scene starts where its test stood, runs beside the tests that followed it, and its test then
+waits for what is left. Starting where it stood keeps what runs beside it much as it was: in
+CI, the scenes of tests/test_scenes.py start after the other interpreters' suites have ended.
+Each scene runs in a thread of its own with its own directory; its test re-raises the
+scene's own AssertionError.
 
 A session that ends before a scene's test ran (``-x``, an interrupt) still waits for the
 scene, so that no service of it is left running.
@@ -22,6 +23,7 @@ from pathlib import Path
 import pytest
 
 from tests.kit.scenes import (
+    first_run,
     live_database,
     said_on_the_line,
     slow_minutes,
@@ -30,6 +32,7 @@ from tests.kit.scenes import (
 )
 
 SCENES: dict[str, Callable[[Path], None]] = {
+    "first_run": first_run.scene,
     "live_database": live_database.scene,
     "said_on_the_line": said_on_the_line.scene,
     "slow_minutes": slow_minutes.scene,
