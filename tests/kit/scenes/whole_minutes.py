@@ -1,5 +1,5 @@
 """Whole minutes on real directories: the real service on two targets through one whole
-minute (its wall clock started at second 57 by libfaketime; the monotonic clock is real),
+minute (its wall clock started at second 50 by libfaketime; the monotonic clock is real),
 stopped just after that minute is flushed. A sample per tick in each whole minute, no error,
 and neither the data file nor the md pool changed size. Run by tests/test_service.py.
 """
@@ -29,9 +29,10 @@ def scene(tmp_path: Path) -> None:
     sizes = [p.stat().st_size for p in data]
     objects = [_pool_files(t.path) for t in targets]
     # Run through one whole minute, and stop just after it is flushed: the service's wall
-    # clock (libfaketime; the monotonic clock is real) starts at second 57 of a minute.
-    duration = 3 + 63
-    proc = start_service(config, "--duration", f"{duration}s", env=offset_env(offset_to(57)))
+    # clock (libfaketime; the monotonic clock is real) starts at second 50 of a minute, so
+    # that a start-up slowed by the tests beside it still begins before the whole minute.
+    duration = 10 + 63
+    proc = start_service(config, "--duration", f"{duration}s", env=offset_env(offset_to(50)))
     err = wait_service(proc, duration + 30)
     assert proc.returncode == 0, err
     assert [p.stat().st_size for p in data] == sizes, "the data file grew"
