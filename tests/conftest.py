@@ -12,7 +12,8 @@ import pytest
 
 pytest.register_assert_rewrite("tests.kit.scenes")  # their asserts say what they compared
 
-pytest_plugins = ["tests.kit.fixtures_fs", "tests.kit.fiosample", "tests.kit.configkit"]
+pytest_plugins = ["tests.kit.fixtures_fs", "tests.kit.fiosample", "tests.kit.configkit",
+                  "tests.kit.scenes.runs"]
 
 LONG = Path(__file__).with_name("long")
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import statistics
 import subprocess
 import sys
@@ -12,7 +11,6 @@ import time
 import pytest
 
 from tests.kit.faultfs import FaultFS
-from tests.kit.reliabilitykit import offset_env, offset_to
 from tests.kit.servicekit import (
     TargetSpec,
     live,
@@ -36,43 +34,11 @@ def read_cli(database, *args: str) -> str:
     return done.stdout
 
 
-def pool_files(target_path) -> int:
-    ws = target_path / ".slowdown" / "testhost" / "md"
-    return sum(len(files) for _, _, files in os.walk(ws))
-
-
 @pytest.mark.slow
 @pytest.mark.timeout(300)
-def test_whole_minutes_on_real_directories(tmp_path):
-    targets = [TargetSpec("one", tmp_path / "one"), TargetSpec("two", tmp_path / "two")]
-    config, database = prepared(tmp_path, targets)
-    data = [t.path / ".slowdown" / name for t in targets  # data_file = "shared", the default
-            for name in ("shared/data.bin", "testhost/write.bin")]
-    sizes = [p.stat().st_size for p in data]
-    objects = [pool_files(t.path) for t in targets]
-    # Run through one whole minute, and stop just after it is flushed: the service's wall
-    # clock (libfaketime; the monotonic clock is real) starts at second 57 of a minute.
-    duration = 3 + 63
-    proc = start_service(config, "--duration", f"{duration}s", env=offset_env(offset_to(57)))
-    err = wait_service(proc, duration + 30)
-    assert proc.returncode == 0, err
-    assert [p.stat().st_size for p in data] == sizes, "the data file grew"
-    assert [pool_files(t.path) for t in targets] == objects, "the md pool changed size"
-    for t in targets:
-        by_op: dict[str, list] = {}
-        for rec in records(database, targets=(t.name,)):
-            by_op.setdefault(rec.op, []).append(rec)
-        assert sorted(by_op) == sorted(OPS)
-        for op, recs in by_op.items():
-            whole = sorted(recs, key=lambda r: r.start)[1:-1]  # the minutes run through
-            assert len(whole) >= 1, (op, [r.start for r in recs])
-            for rec in whole:
-                # A sample per tick: a tick skipped on a loaded machine (a run that took more
-                # than a second) counts too, as the wait it was (docs/WINDOWS.md).
-                assert 58 <= rec.histogram.count <= 61, (t.name, op, rec)
-                assert rec.errors == 0 and rec.skipped <= 2, (t.name, op, rec)
-                assert 1e-7 < rec.histogram.min <= rec.histogram.max < 5.0, (t.name, op, rec)
-    assert "data probe in direct mode" in err
+@pytest.mark.scene("whole_minutes")  # tests/kit/scenes/whole_minutes.py, beside the others
+def test_whole_minutes_on_real_directories(scene_outcome):
+    scene_outcome()
 
 
 @pytest.mark.slow

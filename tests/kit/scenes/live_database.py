@@ -37,7 +37,7 @@ import time
 from pathlib import Path
 
 from slowdown.analysis.words import OPS
-from tests.kit.servicekit import probe_cli, start_service, stop_service
+from tests.kit.servicekit import probe_cli, start_service, stop_service, wait_live
 
 HOST = "testhost"
 
@@ -161,8 +161,9 @@ def scene(tmp_path: Path) -> None:
             conn.close()
 
     reading = threading.Thread(target=readers, daemon=True)
-    reading.start()
     try:
+        wait_live(readers_db)  # its database made (on a loaded machine, more than 3 s)
+        reading.start()
         _until(m0 + 28)  # copies of every kind of the live file
         _sqlite3(str(readers_db), f".backup {tmp_path / 'backup.db'}")
         _sqlite3(":memory:", f"attach '{readers_db}' as d", "select count(*) from d.series")
@@ -204,7 +205,8 @@ def scene(tmp_path: Path) -> None:
         said["readers"] = [_slowdown(readers_cfg, "check").stdout]
     finally:
         done.set()
-        reading.join(10)
+        if reading.ident is not None:
+            reading.join(10)
         logs = {name: stop_service(proc)[1] for name, proc in services.items()}
     again = _without_dac_override(readonly_cfg, "--duration", "3")  # started in it again
     again.wait(30)
