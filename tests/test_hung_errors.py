@@ -204,3 +204,28 @@ def test_a_replacement_stuck_before_its_timed_call_keeps_the_wait_it_showed(
     assert len(reads) == runner.status.ticks, (reads, runner.status.ticks)  # none lost
     slowest = sorted(lat for lat, _ in reads)[-3:]
     assert all(lat >= age for lat, age in zip(slowest, ages)), (slowest, ages)
+
+
+@pytest.mark.timeout(90)
+def test_a_remount_under_a_running_worker_is_met_with_the_files_opened_anew(
+        tmp_path: Path) -> None:
+    """The mount is lost and made again under a running worker (a CephFS client evicted and
+    remounted; a FUSE server restarted): the data file's descriptor of before answers ENOTCONN
+    for good, while the same file opened again answers. The worker names the error once, then
+    opens its files anew: the ticks after read and write as a user's next command would."""
+    with FaultFS(tmp_path / "backing", tmp_path / "mnt") as fs:
+        worker = Worker(workspace(fs.mountpoint))
+        try:
+            worker.tick(1)  # opens the files
+            assert all("err" not in m for m in answers(worker).values())
+            fs.stop()  # the server gone: every descriptor of this mount is dead
+            fs.start()  # the same files, mounted again at the same place
+            worker.tick(2)
+            ops = answers(worker)
+            assert ops["data-read"]["err"] == "ENOTCONN", ops
+            for n in (3, 4):
+                worker.tick(n)
+                ops = answers(worker)
+                assert all("err" not in m and "lat" in m for m in ops.values()), (n, ops)
+        finally:
+            worker.close()

@@ -48,6 +48,7 @@ service holds the workspace it runs no probe (every op of a run is skipped).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -66,6 +67,9 @@ from slowdown.probe.probes.worker_position import Progress
 Emit = Callable[[dict[str, Any]], None]
 HOLD_ANSWERS = 0.25  # seconds a run's answers are held to go out in one write
 SPACE_EVERY = 60.0  # seconds between two looks at the workspace filesystem's free space
+# Errors that say an open descriptor is dead for good (the client evicted and remounted, a FUSE
+# server gone, a stale NFS handle): the probe is let go and opened anew at the next tick.
+DEAD_HANDLES = frozenset({"ENOTCONN", "ESHUTDOWN", "ESTALE", "EBADF", "ECONNABORTED"})
 
 
 class Abandoned(Exception):
@@ -160,14 +164,16 @@ class Probes:
         space = self.space()
         reported: set[str] = set()
         missing = False
+        dead = False
 
         def report(result: Result) -> None:
-            nonlocal missing
+            nonlocal missing, dead
             message: dict[str, Any] = {"tick": tick, "op": result.op}
             if result.err is not None:
                 message["err"] = result.err
                 message["msg"] = result.msg
                 missing = missing or result.missing
+                dead = dead or result.err in DEAD_HANDLES
             if result.lat is not None:  # also with an error: how long it took to fail
                 message["lat"] = result.lat
             elif result.err is None:  # not attempted: the object was missing
@@ -178,18 +184,22 @@ class Probes:
                 raise Abandoned
 
         try:
-            for probe in self.opened:
+            for n, probe in enumerate(self.opened):
                 if probe is None:
                     continue
+                dead = False
                 try:
                     probe.step(report)
                 except Abandoned:
                     raise
                 except Exception as exc:  # a bug or a broken pool: report what was not
                     err, msg = error_of(exc)
+                    dead = dead or err in DEAD_HANDLES
                     for op in probe.ops:
                         if op not in reported:
                             emit({"tick": tick, "op": op, "err": err, "msg": msg})
+                if dead:
+                    self._reopen_next(n)
             if missing:
                 self._forget_if_gone()
         except Abandoned:
@@ -198,6 +208,20 @@ class Probes:
                     emit({"tick": tick, "op": op, "skip": True})
         emit({"tick": tick, "end": True, "mode": self._mode(),
               **({"space": space} if space is not None else {})})
+
+    def _reopen_next(self, n: int) -> None:
+        """Let go of probe ``n``, whose open files the filesystem declared dead: the next
+        tick opens them anew, as a user's next command would. A client evicted and remounted
+        (CephFS), a FUSE server restarted or an NFS file handle gone stale answers every call
+        on a descriptor of before with that error for good, while the files, opened again,
+        answer; kept, the probe would report errors users do not see."""
+        probe = self.opened[n]
+        self.opened[n] = None
+        if probe is not None:
+            with contextlib.suppress(Exception):  # where it is (the md rotation), if it can
+                probe.save()
+            with contextlib.suppress(Exception):  # closing a dead descriptor may fail too
+                probe.close()
 
     def _forget_if_gone(self) -> None:
         """After an op found no file: if the workspace itself is gone, let go of the open
