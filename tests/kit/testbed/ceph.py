@@ -138,6 +138,7 @@ class CephLedger:
     base: Path
     images: list[Path] = field(default_factory=list)
     files: list[Path] = field(default_factory=list)
+    cgroups: list[Path] = field(default_factory=list)  # made to slow a daemon down
 
     @property
     def conf(self) -> Path:
@@ -319,6 +320,12 @@ class CephCluster:
                 _detach(image)
             except Exception as exc:  # go on: the rest must still be undone
                 problems.append(f"detach {image}: {exc}")
+        for group in self.ledger.cgroups:  # empty once its processes are gone
+            try:
+                if group.exists():
+                    group.rmdir()
+            except OSError as exc:
+                problems.append(f"cgroup {group}: {exc}")
         deadline = time.monotonic() + 10  # the kernel lets a loop device go a moment later
         while self.ledger.prefix in sh("losetup", "-a", check=False).stdout and \
                 time.monotonic() < deadline:
@@ -335,6 +342,7 @@ def leftovers(ledger: CephLedger) -> list[str]:
     loops = sh("losetup", "-a", check=False).stdout
     found += [f"loop {line}" for line in loops.splitlines() if ledger.prefix in line]
     found += [f"file {p}" for p in ledger.files if os.path.lexists(p)]
+    found += [f"cgroup {g}" for g in ledger.cgroups if g.exists()]
     if ledger.base.exists():
         found.append(f"directory {ledger.base}")
     return found

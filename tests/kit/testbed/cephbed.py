@@ -14,6 +14,7 @@ import json
 import os
 import secrets
 import signal
+import subprocess
 import tempfile
 import threading
 import time
@@ -23,6 +24,8 @@ from tests.kit.testbed.ceph import CLIENT, LOCK_FILE, CephCluster, CephLedger, l
 from tests.kit.testbed.gluster import MachineLock
 from tests.kit.testbed.nodes import NamespaceNode, ProbeNode, Testbed, _terminated
 
+CPU_CGROUPS = Path("/sys/fs/cgroup/cpu")
+
 
 class CephTestbed(Testbed):
     """``with CephTestbed(nodes=2) as bed:``: a CephFS, ``bed.nodes`` probing."""
@@ -30,14 +33,14 @@ class CephTestbed(Testbed):
     __test__ = False
     target = "cephfs"
 
-    def __init__(self, nodes: int = 2, osds: int = 1, osd_gib: int = 64,
+    def __init__(self, nodes: int = 2, osds: int = 1, osd_gib: int = 64, mdss: int = 2,
                  directory: Path | None = None, lock_wait: float = 600,
                  pool_files: int = 2000, node_config: list[str] | None = None) -> None:
         prefix = f"sdceph{os.getpid()}{secrets.token_hex(3)}"
         base = Path(tempfile.mkdtemp(prefix=f"{prefix}-", dir=directory or "/var/tmp"))
         base = base.rename(base.with_name(prefix))
         self.ledger = CephLedger(prefix, base)  # type: ignore[assignment]
-        self.server = CephCluster(self.ledger, osds, osd_gib)  # type: ignore[assignment]
+        self.server = CephCluster(self.ledger, osds, osd_gib, mdss)  # type: ignore[assignment]
         self.lock = MachineLock(lock_wait, LOCK_FILE, "CephFS")
         self.node_count = nodes
         self.pool_files = pool_files
@@ -89,14 +92,55 @@ class CephTestbed(Testbed):
     def fuse_pid(self, node: NamespaceNode) -> int:
         return int((self.ledger.base / "run" / f"fuse-{node.name}.pid").read_text())
 
-    def active_mds(self) -> str:
-        return self.server.mds_map()["active"][0]
+    def active_mds(self) -> str | None:
+        """The active MDS's name; None while there is none (a failover)."""
+        active = self.server.mds_map()["active"]
+        return active[0] if active else None
 
     def kill_active_mds(self) -> str:
         """SIGKILL to the active MDS (its standby takes over); its name."""
         name = self.active_mds()
+        if name is None:
+            raise RuntimeError("no active MDS to kill")
         os.kill(self.server.pid_of(f"mds.{name}"), signal.SIGKILL)
         return name
+
+    def slow_down(self, pid: int, percent: float) -> Path:
+        """Hold a daemon to ``percent`` of one CPU: a cpu cgroup of its own (cgroup v1's
+        ``cpu.cfs_quota_us``), named after the testbed and removed by ``clean``."""
+        group = CPU_CGROUPS / f"{self.ledger.prefix}-{pid}"
+        group.mkdir()
+        self.ledger.cgroups.append(group)  # type: ignore[attr-defined]
+        (group / "cpu.cfs_period_us").write_text("100000")
+        (group / "cpu.cfs_quota_us").write_text(str(int(1000 * percent)))
+        (group / "cgroup.procs").write_text(str(pid))
+        return group
+
+    def release(self, pid: int) -> None:
+        """The daemon back in the root cpu cgroup, at full speed."""
+        (CPU_CGROUPS / "cgroup.procs").write_text(str(pid))
+
+    def evict(self, node: NamespaceNode) -> str:
+        """Evict ``node``'s client from the active MDS, as an admin does
+        (``ceph tell mds.0 client evict id=N``); the command's output."""
+        sessions = json.loads(self.server.ceph("tell", "mds.0", "client", "ls", "-f", "json",
+                                               timeout=30).stdout)
+        ids = [str(s["id"]) for s in sessions
+               if s.get("client_metadata", {}).get("hostname") == node.name]
+        if not ids:
+            raise LookupError(f"no session of {node.name}: {sessions}")
+        return self.server.ceph("tell", "mds.0", "client", "evict", f"id={ids[0]}",
+                                timeout=60).stdout
+
+    def remount(self, node: NamespaceNode) -> float:
+        """Unmount and mount ``node``'s ceph-fuse again inside its namespace (as a site does
+        after an eviction); the seconds it took."""
+        t0 = time.monotonic()
+        ns = ["nsenter", "-t", str(node.proc.pid), "-m", "-u"]  # type: ignore[union-attr]
+        subprocess.run([*ns, "umount", "-l", str(node.mount)], check=True, timeout=60)
+        cmd = json.loads(self.mount_options(node)[1])
+        subprocess.run([*ns, *cmd], check=True, timeout=60, capture_output=True)
+        return time.monotonic() - t0
 
     def rss_mib(self) -> float:
         """Resident memory of every process of the testbed (daemons, clients, services)."""
