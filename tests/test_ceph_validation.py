@@ -9,6 +9,7 @@ CephFS's own faults at length: tests/long/test_ceph_faults.py (docs/VALIDATION.m
 
 from __future__ import annotations
 
+import socket
 import time
 
 import pytest
@@ -16,8 +17,10 @@ import pytest
 from slowdown.analysis.words import MD_OPS
 from tests.kit.iorkit import ior_bin, mdtest_hard, sleep_until
 from tests.kit.servicekit import wait_for
+from tests.kit.testbed.ceph import MON_PORTS
 from tests.kit.testbed.cephbed import CephTestbed
 from tests.kit.testbed.cephwatch import back, stuck
+from tests.kit.testbed.gluster import TestbedRefused
 from tests.kit.testbed.results import per_minute, rebaseline
 
 pytestmark = [pytest.mark.root, pytest.mark.slow, pytest.mark.testbed,
@@ -72,3 +75,15 @@ def test_mdtest_hard_burst_then_mds_failover(root_only) -> None:
     assert all(running.values()), (running, outputs)
     for name, age in stalled.items():  # the MDS gone: an md op in flight while it lasts
         assert age >= min(5.0, failover / 2), (name, stalled, failover)
+
+
+def test_refuses_beside_a_cluster_it_did_not_make(root_only) -> None:
+    """Something not ours on the mon's port (another cluster's mon): no start, nothing left."""
+    bed = CephTestbed(nodes=0)
+    with socket.socket() as other:
+        other.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        other.bind(("127.0.0.1", MON_PORTS[0]))
+        other.listen()
+        with pytest.raises(TestbedRefused, match=f"port {MON_PORTS[0]}"):
+            bed.__enter__()
+    assert bed.leftovers() == []

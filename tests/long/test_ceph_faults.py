@@ -133,6 +133,7 @@ def test_client_evicted_then_remounted(root_only) -> None:
         said = bed.evict(node)
         during = watch(node, 30, evicted)
         line, check = slowdown_says(node), slowdown_says(node, "check")
+        print(f"\n`slowdown` while evicted: {line}\n`slowdown check`: {check}\n{during}")
         remount = bed.remount(node)
         remounted = time.time()
         took = recovery(node, remounted)

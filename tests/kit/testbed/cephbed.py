@@ -48,6 +48,7 @@ class CephTestbed(Testbed):
         self.nodes: list[ProbeNode] = []
         self.others: list[NamespaceNode] = []
         self.times: dict[str, float] = {}
+        self.remounts = 0
 
     def __enter__(self) -> CephTestbed:
         if threading.current_thread() is threading.main_thread():
@@ -79,8 +80,8 @@ class CephTestbed(Testbed):
         super().__exit__(*exc)
         self.times["down"] = time.monotonic() - t0
 
-    def mount_options(self, node: NamespaceNode) -> list[str]:
-        tag = node.name
+    def mount_options(self, node: NamespaceNode, again: int = 0) -> list[str]:
+        tag = f"{node.name}-{again}" if again else node.name
         run = self.ledger.base / "run"
         cmd = ["ceph-fuse", "-c", str(self.ledger.conf), "--id", CLIENT,
                "--pid_file", str(run / f"fuse-{tag}.pid"),
@@ -138,8 +139,12 @@ class CephTestbed(Testbed):
         t0 = time.monotonic()
         ns = ["nsenter", "-t", str(node.proc.pid), "-m", "-u"]  # type: ignore[union-attr]
         subprocess.run([*ns, "umount", "-l", str(node.mount)], check=True, timeout=60)
-        cmd = json.loads(self.mount_options(node)[1])
-        subprocess.run([*ns, *cmd], check=True, timeout=60, capture_output=True)
+        self.remounts += 1  # a pid file and socket of its own: the old client may linger
+        cmd = json.loads(self.mount_options(node, self.remounts)[1])
+        done = subprocess.run([*ns, *cmd], timeout=60, capture_output=True, text=True)
+        if done.returncode != 0:
+            raise RuntimeError(f"ceph-fuse again on {node.name} failed ({done.returncode}): "
+                               f"{done.stdout}{done.stderr}")
         return time.monotonic() - t0
 
     def rss_mib(self) -> float:
