@@ -189,12 +189,36 @@ def format_size(n: int) -> str:
     return _decimal_text(value) + _BINARY_UNITS[power - 1]
 
 
+_CLOCK = re.compile(r"(\d{1,2}):(\d{1,2})(?::(\d{2})(\.\d+)?)?\s*([Zz]|[+-]\d{2}:?\d{2})?")
+
+
+def _clock_today(value: str, now: float) -> str | None:
+    """A bare clock time (``15:22``, ``9:05:30``, ``15:22Z``, ``15:22 +01:00``) as an ISO time
+    on the local date of ``now``: ``date -d 15:22`` is today's 15:22, also while it is still
+    to come. None when ``value`` is not one; an hour past 23 or a minute or second past 59 is
+    refused, as ``date`` refuses it."""
+    clock = _CLOCK.fullmatch(value)
+    if clock is None:
+        return None
+    hour, minute, second = (int(part or 0) for part in clock.group(1, 2, 3))
+    if hour > 23 or minute > 59 or second > 59:
+        raise ValueError(f"{value!r} is not a clock time (00:00 to 23:59:59)")
+    zone = clock.group(5) or ""
+    if len(zone) == 5:  # +0100
+        zone = zone[:3] + ":" + zone[3:]
+    day = datetime.fromtimestamp(now).date().isoformat()
+    fraction = f".{clock.group(4)[1:7]:0<6}" if clock.group(4) else ""  # 3.9 reads 6 digits
+    return f"{day}T{hour:02d}:{minute:02d}:{second:02d}{fraction}{zone}"
+
+
 def parse_time(text: str, now: float) -> float:
     """A point in time, read as ``date -d`` reads it: ``now``, a duration ago (``10m``, ``1d``,
-    also written ``-10m``), ``@EPOCH``, or an ISO 8601 date or time (``2026-11-20``,
-    ``2026-11-20T08:00`` or ``2026-11-20 08:00``) in local time unless it carries a zone
-    (``...Z`` or ``...+01:00``). A local time that a DST change skips does not exist and is
-    refused; one that it repeats is the first of the two (as ``date`` and ``mktime`` have it).
+    also written ``-10m``), ``@EPOCH``, an ISO 8601 date or time (``2026-11-20``,
+    ``2026-11-20T08:00`` or ``2026-11-20 08:00``), or a clock time alone (``15:22``,
+    ``15:22:30``: today's, by the local date of ``now``, as ``date -d 15:22`` says it even
+    before 15:22), in local time unless it carries a zone (``...Z`` or ``...+01:00``). A local
+    time that a DST change skips does not exist and is refused; one that it repeats is the
+    first of the two (as ``date`` and ``mktime`` have it).
     """
     value = str(text).strip()
     if value == "now":
@@ -211,13 +235,14 @@ def parse_time(text: str, now: float) -> float:
         pass
     else:
         return _moment(now - ago, text)
-    iso = value[:-1] + "+00:00" if value.endswith(("Z", "z")) else value
+    iso = _clock_today(value, now) or value
+    iso = iso[:-1] + "+00:00" if iso.endswith(("Z", "z")) else iso
     try:
         moment = datetime.fromisoformat(iso)
     except ValueError:
         raise ValueError(
-            f"expected a time like 2026-11-20T08:00 (local time), 2026-11-20T08:00Z, "
-            f"@1795000000 or a duration ago like 1h; got {text!r}") from None
+            f"expected a time like 2026-11-20T08:00 (local time), 2026-11-20T08:00Z, 15:22 "
+            f"(today), @1795000000 or a duration ago like 1h; got {text!r}") from None
     if moment.tzinfo is not None:
         return _moment(moment.timestamp(), text)
     seconds = time.mktime((*moment.timetuple()[:8], -1)) + moment.microsecond / 1e6

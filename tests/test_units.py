@@ -2,13 +2,22 @@
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import time
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from slowdown.analysis.units import format_duration, format_size, parse_duration, parse_size
+from slowdown.analysis.units import (
+    format_duration,
+    format_size,
+    parse_duration,
+    parse_size,
+    parse_time,
+)
 
 
 @pytest.mark.parametrize(
@@ -213,3 +222,44 @@ def test_whole_binary_sizes_round_trip(count, unit):
 def test_format_size_rejects(value):
     with pytest.raises(ValueError):
         format_size(value)
+
+
+def _date_d(text: str, zone: str) -> float:
+    """What GNU date makes of `text` in `zone`, in unix seconds."""
+    done = subprocess.run(["date", "-d", text, "+%s.%N"], env={**os.environ, "TZ": zone},
+                          capture_output=True, text=True, timeout=10, check=True)
+    return float(done.stdout)
+
+
+@pytest.mark.parametrize("zone", ["UTC", "Europe/Berlin", "America/New_York"])
+def test_a_clock_time_alone_is_todays_as_date_reads_it(monkeypatch, zone: str) -> None:
+    """`--since 15:22` is today's 15:22 in the local zone, also before 15:22, as `date -d`
+    says (it was refused)."""
+    monkeypatch.setenv("TZ", zone)
+    time.tzset()
+    try:
+        texts = ("15:22", "00:00", "23:59:59", "9:05", "7:5", "15:22:30.25", "15:22Z",
+                 "15:22 +01:00", "15:22-0500")
+        for _ in range(2):  # once more if local midnight passed in between
+            now = time.time()
+            got = [parse_time(text, now) for text in texts]
+            expected = [_date_d(text, zone) for text in texts]
+            if time.localtime(now)[:3] == time.localtime()[:3]:
+                break
+        assert got == pytest.approx(expected, abs=1e-6), list(zip(texts, got, expected))
+    finally:
+        monkeypatch.undo()
+        time.tzset()
+
+
+@pytest.mark.parametrize(("text", "says"), [
+    ("24:00", "'24:00' is not a clock time (00:00 to 23:59:59)"),
+    ("15:60", "'15:60' is not a clock time"),
+    ("15:22:61", "'15:22:61' is not a clock time"),
+    ("1:2:3:4", "expected a time like"),
+    ("15h22", "15:22 (today)"),
+])
+def test_a_bad_clock_time_is_refused_clearly(text: str, says: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(says)):
+        parse_time(text, time.time())
+    assert subprocess.run(["date", "-d", text], capture_output=True).returncode != 0

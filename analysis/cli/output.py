@@ -177,8 +177,12 @@ def space_notes(services: Sequence[Any], target: str, full: float = FULL) -> lis
 
 
 def _used(free: object, total: object) -> float | None:
+    """The share used, None where the counts say nothing (an older service reported CephFS's
+    "unknown", -1 free inodes, as a count)."""
     ok = all(isinstance(v, int) and not isinstance(v, bool) for v in (free, total))
-    return 1.0 - free / total if ok and total > 0 else None  # type: ignore[operator]
+    if not ok or not 0 <= free <= total or total <= 0:  # type: ignore[operator]
+        return None
+    return 1.0 - free / total  # type: ignore[operator]
 
 
 def failing_note(windows: Sequence[Any], services: Sequence[Any], target: str,

@@ -13,7 +13,8 @@ yet). When several mounts share the device (bind mounts) or none does (a btrfs s
 reports a device of its own), the mount point that is the longest prefix of the resolved
 path decides. Looking costs one ``stat`` per missing component and one read of mountinfo;
 the ``stat`` touches the filesystem in question, so this is for a database (which must be
-local), never for a target.
+local), and for a target only where the caller touches it anyway (prepare's estimate of the
+room a small file takes there), never in the service.
 
 FUSE: ``fuse.<name>`` and bare ``fuse`` count as shared (the server behind a FUSE mount may
 be anything, sshfs, s3fs, a GlusterFS or CephFS client). ``fuseblk`` does not: it is a FUSE

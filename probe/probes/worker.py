@@ -50,6 +50,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
+from slowdown.probe.layout.fs_counts import free_inodes
 from slowdown.probe.layout.path_safety import check_workspace
 from slowdown.probe.locks.workspace_lock import WorkspaceLock
 from slowdown.probe.probes import Probe, Result, error_of, probe_ops, registered
@@ -90,7 +91,7 @@ class Probes:
         user may use them (``statvfs``), at most once every ``SPACE_EVERY`` seconds, else
         None. Taken before the run's first op, outside the timed calls: a hang here shows as
         that op stuck. A count the filesystem does not know is None (ceph-fuse answers -1
-        free inodes; some say 0 of 0)."""
+        free inodes beside the count of files in use; some say 0 of 0: layout/fs_counts.py)."""
         now = time.monotonic()
         if now - self._space_at < SPACE_EVERY:
             return None
@@ -99,10 +100,10 @@ class Probes:
             st = os.statvfs(self.workspace)
         except OSError:
             return None
-        known = st.f_files > 0 and st.f_favail <= st.f_files
+        files_free = free_inodes(st)
         return {"bytes_free": st.f_bavail * st.f_frsize, "bytes": st.f_blocks * st.f_frsize,
-                "files_free": st.f_favail if known else None,
-                "files": st.f_files if known else None}
+                "files_free": files_free,
+                "files": st.f_files if files_free is not None else None}
 
     def _open(self) -> None:
         """Open each probe not open yet, the last registered first: the md probe, which

@@ -12,9 +12,10 @@ the way prepare lays the files out:
 
 Data files count their size; every object, directory and small file counts whole blocks of
 ALLOC bytes (4 KiB, the usual allocation unit; a filesystem that keeps small files inside the
-inode spends less, a directory of many thousand entries somewhat more). A data_size given as
-a multiple of RAM is taken with this node's RAM. Not counted: what prepare holds only while
-it runs (its claim, a MANIFEST.tmp).
+inode spends less, a directory of many thousand entries somewhat more; CephFS 4 KiB more per
+file, as prepare counts there: workspaces/space.py states the rule per filesystem). A
+data_size given as a multiple of RAM is taken with this node's RAM. Not counted: what prepare
+holds only while it runs (its claim, a MANIFEST.tmp).
 """
 
 from __future__ import annotations

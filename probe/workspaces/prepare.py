@@ -6,7 +6,8 @@ ours; a second run continues from what exists: data.bin from its verified length
 whole block that carries prepare's stamp), the pool from the objects present. A run after
 completion changes nothing. Before creating anything it checks the path (no symlink in it, not
 `/`, a system directory or a home directory itself, a workspace that belongs to us) and the
-free space and inodes (statvfs) against what remains to be written plus a margin.
+free space and inodes (statvfs) against what remains to be written plus a margin (what the
+filesystem does not tell, CephFS's free inodes, is not checked and said in the report's notes).
 
 The pool follows MD-Workbench's layout (see probes/md.py); a `.slowdown/<host>` that holds
 exactly a pool precreated by `md-workbench -1 -o <workspace>/md -D=<dirs> -P=<files per dir>
@@ -280,7 +281,7 @@ def _create(target: Target, host: str, ws: Path, layout: PoolLayout, need: int,
         extra = max(shared_need - have, 0)
         new_dirs += ready is None
     need_bytes, need_inodes = estimate(where, need + extra, objects, object_size, new_dirs)
-    check_space(where, need_bytes, need_inodes)
+    unchecked = check_space(where, need_bytes, need_inodes)
 
     parents: list[str] = []
     if root_st is None and _mkdir_new(root):  # other nodes may be preparing at once
@@ -304,6 +305,7 @@ def _create(target: Target, host: str, ws: Path, layout: PoolLayout, need: int,
     report = _finish(ws, layout, manifest, need, 0, progress, console, adopt is None)
     report.action = "adopted" if adopt is not None else "created"
     report.parents = parents
+    report.notes.extend(unchecked)
     return report
 
 
@@ -385,10 +387,11 @@ def _resume(target: Target, ws: Path, layout: PoolLayout, manifest: Manifest, ne
             layout.root / layout.dir_name(d) for d in range(layout.dirs)])
     need_bytes, need_inodes = estimate(ws, max(need - have_data, 0), objects,
                                        layout.object_size, new_dirs)
-    check_space(ws, need_bytes, need_inodes)
+    unchecked = check_space(ws, need_bytes, need_inodes)
     action = "extended" if manifest.complete else "resumed"
     report = _finish(ws, layout, manifest, need, have_data, progress, console, build_pool, have)
     report.action = action
+    report.notes.extend(unchecked)
     report.notes.extend(f"left in place: {s}" for s in strays)
     return report
 

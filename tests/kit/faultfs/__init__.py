@@ -58,9 +58,15 @@ class FaultFS:
     list of operation names (or one name, or "*"); `path` a glob relative to the mount root.
     """
 
-    def __init__(self, backing: Path, mountpoint: Path, start_timeout: float = 10.0) -> None:
+    def __init__(self, backing: Path, mountpoint: Path, start_timeout: float = 10.0, *,
+                 subtype: str = "faultfs", statfs: dict[str, int] | None = None) -> None:
+        """`subtype`: the mount shows as ``fuse.<subtype>`` in mountinfo (``ceph-fuse`` to
+        look like a CephFS client); `statfs`: statvfs fields answered in place of the backing's
+        (``{"f_favail": -1}`` as ceph-fuse says of free inodes)."""
         # Resolve now: resolving later could stat a hung mount from the test process.
         self.backing = Path(backing).resolve()
+        self.subtype = subtype
+        self.statfs = dict(statfs or {})
         self.mountpoint = Path(mountpoint).resolve()
         self.start_timeout = start_timeout
         self._rules: list[dict[str, Any]] = []
@@ -112,13 +118,14 @@ class FaultFS:
         with open(self._dir / "server.log", "wb") as logf:
             self._proc = subprocess.Popen(
                 [sys.executable, str(SERVER), str(self.backing), str(self.mountpoint),
-                 str(self.control)],
+                 str(self.control), "--subtype", self.subtype,
+                 "--statfs", json.dumps(self.statfs)],
                 stdin=subprocess.DEVNULL, stdout=logf, stderr=subprocess.STDOUT,
                 env=dict(os.environ, FUSE_LIBRARY_NAME="fuse3"),
                 start_new_session=True,  # a Ctrl-C in the runner must not unmount under a test
             )
         deadline = time.monotonic() + self.start_timeout
-        while mount_fstype(self.mountpoint) != "fuse.faultfs":
+        while mount_fstype(self.mountpoint) != f"fuse.{self.subtype}":
             rc = self._proc.poll()
             if rc is not None or time.monotonic() > deadline:
                 log = self.log

@@ -1,6 +1,7 @@
 """FUSE passthrough filesystem that injects faults, for tests.
 
-    python -m tests.kit.faultfs.server BACKING MOUNTPOINT CONTROLFILE
+    python -m tests.kit.faultfs.server BACKING MOUNTPOINT CONTROLFILE [--subtype NAME]
+        [--statfs '{"f_favail": -1}']
 
 Every operation on MOUNTPOINT is done on BACKING, after the fault rules in
 CONTROLFILE that match it have been applied. CONTROLFILE is a JSON list of rules:
@@ -165,9 +166,11 @@ class FaultOps:
 
     use_ns = True  # times as integer nanoseconds (float seconds is deprecated in mfusepy)
 
-    def __init__(self, backing: Path, control: Control) -> None:
+    def __init__(self, backing: Path, control: Control,
+                 statfs: dict[str, int] | None = None) -> None:
         self.backing = str(backing)
         self.control = control
+        self.said_statvfs = dict(statfs or {})  # statvfs fields said in place of the backing's
 
     def _real(self, path: str) -> str:
         return self.backing + path  # FUSE paths are absolute within the mount: "/a/b"
@@ -246,7 +249,7 @@ class FaultOps:
         sv = os.statvfs(self._real(path))
         keys = ("f_bsize", "f_frsize", "f_blocks", "f_bfree", "f_bavail", "f_files",
                 "f_ffree", "f_favail", "f_flag", "f_namemax")
-        return {k: getattr(sv, k) for k in keys}
+        return {k: self.said_statvfs.get(k, getattr(sv, k)) for k in keys}
 
     # --- names ----------------------------------------------------------------
     def readdir(self, path: str, fh: int) -> list[str]:
@@ -342,6 +345,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("backing", type=Path)
     parser.add_argument("mountpoint", type=Path)
     parser.add_argument("control", type=Path)
+    parser.add_argument("--subtype", default="faultfs", help="mountinfo shows fuse.SUBTYPE")
+    parser.add_argument("--statfs", type=json.loads, default={},
+                        help='statvfs fields answered in place of the backing\'s, JSON: '
+                             '{"f_favail": -1}')
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
                         format="faultfs %(asctime)s %(levelname)s %(message)s")
@@ -363,8 +370,8 @@ def main(argv: list[str] | None = None) -> int:
     # Multi-threaded (no -s): a hung operation holds one libfuse worker, others go on.
     # libfuse 3.14 caps the workers at 10 unless told (then an 11th hung call stalls all).
     mfusepy.FUSE(
-        FaultOps(backing, control), str(args.mountpoint), foreground=True,
-        fsname="faultfs", subtype="faultfs", max_threads=MAX_THREADS,
+        FaultOps(backing, control, args.statfs), str(args.mountpoint), foreground=True,
+        fsname=args.subtype, subtype=args.subtype, max_threads=MAX_THREADS,
         attr_timeout=0, entry_timeout=0, negative_timeout=0,
     )
     return 0
