@@ -60,7 +60,7 @@ def test_mdtest_hard_burst_then_mds_failover(root_only) -> None:
         seen = {node.name: per_minute(node.config, quiet, burst + 60, "median")[0]
                 for node in bed.nodes}
         outputs = {node.name: node.output() for node in bed.nodes}
-        times = dict(bed.times)
+        times = {**bed.times, "rss_mib": round(bed.rss_mib())}
     times.update(bed.times)
     print(f"\nCephFS testbed {times}; failover {failover:.1f} s, md ops back {recovered:.1f} s "
           f"after the kill, stuck up to {stalled}")
