@@ -27,6 +27,7 @@ pytestmark = [pytest.mark.root, pytest.mark.slow, pytest.mark.testbed,
               pytest.mark.timeout(420)]
 
 MIN_BASELINE = 45  # seconds of quiet samples before the quiet minute that is checked
+RANKS = 4  # mdtest processes: the MDS queue the probes wait in
 
 
 def test_mdtest_hard_burst_then_mds_failover(root_only) -> None:
@@ -39,7 +40,7 @@ def test_mdtest_hard_burst_then_mds_failover(root_only) -> None:
         for node in bed.nodes:
             rebaseline(node.config, started, quiet, "quiet CephFS before the burst")
         sleep_until(burst - 5)
-        rc = bed.load(mdtest_hard(int(burst + 61 - time.time())), timeout=240)
+        rc = bed.load(mdtest_hard(int(burst + 61 - time.time()), RANKS), timeout=240)
         assert rc == 0, bed.others[-1].output()[-3000:]
 
         killed_at = time.time()

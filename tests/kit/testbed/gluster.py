@@ -45,6 +45,8 @@ end-volume
 class TestbedRefused(RuntimeError):
     """The testbed cannot start here without touching what is not its own."""
 
+    __test__ = False  # an error, not a test class, whatever its name
+
 
 def sh(*cmd: str, timeout: float = 120, check: bool = True) -> subprocess.CompletedProcess:
     """Run a fixed command (no shell); raise with its output when it fails."""
