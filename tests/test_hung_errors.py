@@ -144,3 +144,63 @@ def test_a_replacement_stuck_at_its_start_counts_its_wait_not_an_error(tmp_path:
     reads = [r for r in records if r.op == "data-read"]
     assert sum(r.errors for r in reads) == 0, reads
     assert max(r.histogram.max for r in reads if r.histogram.count) >= 1.0, reads
+
+
+@pytest.mark.timeout(90)
+def test_a_replacement_stuck_before_its_timed_call_keeps_the_wait_it_showed(
+        tmp_path: Path) -> None:
+    """The first worker hangs in a read, its replacement and the next one in opening the data
+    file (CephFS: the MANIFEST's object on a frozen OSD); each is abandoned in turn and then the
+    filesystem answers. Every tick gives its data-read once, none an error, and each stuck op
+    records at least the age it showed: the replacement's read itself took milliseconds, and
+    its wait before it was lost (a stall shown for 12 s recorded as a 31 ms read)."""
+    from slowdown.probe.runtime.recorder import Recorder
+    from slowdown.probe.runtime.runner import TargetRunner
+
+    class Results(Recorder):
+        """The recorder, with each result the runner hands it kept in order."""
+
+        def __init__(self) -> None:
+            super().__init__("h")
+            self.seen: list[tuple[str, float | None, bool]] = []
+
+        def result(self, target: str, op: str, latency: float | None, wall: float,
+                   failed: bool = False) -> None:
+            self.seen.append((op, latency, failed))
+            super().result(target, op, latency, wall, failed=failed)
+
+        def waited(self, target: str, op: str, latency: float | None, wall: float,
+                   failed: bool = False) -> None:
+            Recorder.result(self, target, op, latency, wall, failed=failed)  # a skipped tick's
+
+    with FaultFS(tmp_path / "backing", tmp_path / "mnt") as fs:
+        ws = workspace(fs.mountpoint)
+        recorder = Results()
+        runner = TargetRunner("t", ws, recorder, interval=0.2, abandon_after=1.0,
+                              max_abandoned=2)
+        runner.owner = {"host": "h", "since": time.time(), "database": str(tmp_path / "db")}
+        try:
+            runner.start()
+            assert runner.lock_said.wait(10) and runner.lock_state == "ok"
+            assert runner.tick()
+            wait_for(lambda: runner.status.last_end is not None, 10, what="a first run")
+            fs.hang(["read", "open"], path="*data.bin")  # its read; a new worker's open
+            deadline = time.monotonic() + 20
+            while runner.abandoned < 2 and time.monotonic() < deadline:
+                runner.tick()
+                time.sleep(0.2)
+            assert runner.abandoned == 2, runner.in_flight()
+            time.sleep(1.0)
+            ages = sorted(age for op, age, _ in runner.in_flight() if op == "data-read")
+            assert len(ages) == 3 and ages[0] > 0.9, runner.in_flight()
+            fs.release()
+            wait_for(lambda: runner.tick() is not None and runner.abandoned == 0, 20,
+                     what="the abandoned workers' ends")
+            wait_for(lambda: not runner.in_flight(), 10, what="the last run's end")
+        finally:
+            runner.close()
+    reads = [(lat, failed) for op, lat, failed in recorder.seen if op == "data-read"]
+    assert not any(failed for _, _, failed in recorder.seen), recorder.seen
+    assert len(reads) == runner.status.ticks, (reads, runner.status.ticks)  # none lost
+    slowest = sorted(lat for lat, _ in reads)[-3:]
+    assert all(lat >= age for lat, age in zip(slowest, ages)), (slowest, ages)

@@ -15,6 +15,13 @@ stdout, one line per finished op, in the order of the registered probes' ops
     {"tick": N, "op": "md-read", "err": "EIO", "msg": "...", "lat": 51.2, "at": 1763762400.6}
     {"tick": N, "end": true, "mode": "direct"}
 
+A tick may carry ``"sent"``, the service's monotonic time when it sent it (the clock is the
+machine's, one for every process). An op's line carries ``"shown"`` when the op was in flight,
+as the service saw it on the shared page, longer than its timed call by more than
+``HOLD_ANSWERS``: from the tick's sending (the first op: a worker stuck in taking the lock, in
+opening its files or in statvfs before it) or the previous op's return, to its own. That wait
+was shown as the op stuck; the service records the op with it (SPEC: its full latency).
+
 Once a minute the end line also carries the workspace filesystem's free space and inodes
 (``"space": {"bytes_free", "bytes", "files_free", "files"}``): a full filesystem fails every
 user's write while the probe, which only overwrites blocks it has, would read healthy.
@@ -216,16 +223,25 @@ class Answers:
     """The worker's stdout: a run's lines in one write at its end, unless the run is slow;
     its position in the shared page after each op."""
 
-    def __init__(self, out: TextIO, progress: Progress | None) -> None:
+    def __init__(self, out: TextIO, progress: Progress | None, born: float = 0.0) -> None:
         self._out = out
+        self._born = born  # monotonic time this worker began its work (its imports done)
         self._progress = progress
         self._held: list[str] = []
         self._tick = 0
         self._done = 0
         self._started = 0.0
+        self._since = 0.0  # when the op in flight began to be shown so
 
-    def start(self, tick: int) -> None:
-        self._tick, self._done, self._started = tick, 0, time.monotonic()
+    def start(self, tick: int, sent: object = None) -> None:
+        """A run begins; `sent`: when the service sent its tick (monotonic), if it says: a
+        tick read late (this worker was stuck before it, in the workspace's lock) was in flight
+        since then, though not before this worker began (its interpreter's start is no wait on
+        the filesystem)."""
+        now = time.monotonic()
+        ok = isinstance(sent, (int, float)) and not isinstance(sent, bool) and sent <= now
+        self._tick, self._done = tick, 0
+        self._started = self._since = max(float(sent), self._born) if ok else now  # type: ignore[arg-type]
         if self._progress is not None:
             self._progress.set(tick, 0, self._started)
 
@@ -234,6 +250,10 @@ class Answers:
         if "op" in message:
             message["at"] = time.time()
             if message.get("tick") == self._tick:
+                shown = now - self._since
+                if not message.get("skip") and shown - message.get("lat", 0.0) > HOLD_ANSWERS:
+                    message["shown"] = shown
+                self._since = now
                 self._done += 1
                 if self._progress is not None:
                     self._progress.set(self._tick, self._done, now)
@@ -249,8 +269,9 @@ def main() -> int:
     progress = None
     if len(sys.argv) > 3 and sys.argv[2] == "--progress-fd":
         progress = Progress.attach(int(sys.argv[3]))
+    born = time.monotonic()
     probes = Probes(workspace, sync="--sync" in sys.argv[2:])
-    emit = Answers(sys.stdout, progress)
+    emit = Answers(sys.stdout, progress, born)
 
     signal.signal(signal.SIGUSR1, _on_abandon)
     probes.claim_workspace(emit)
@@ -262,7 +283,7 @@ def main() -> int:
         except ValueError:
             continue
         if "tick" in command:
-            emit.start(int(command["tick"]))
+            emit.start(int(command["tick"]), command.get("sent"))
             probes.tick(int(command["tick"]), emit)
             if _abandoned:
                 break

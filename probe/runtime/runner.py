@@ -7,7 +7,9 @@ per run) into results for the recorder; which op is in flight, and since when, i
 the page the worker shares (``probes/worker_position.py``). A worker stuck longer than
 ``abandon_after`` is abandoned: no more ticks go to it, a fresh worker takes over, and the old
 one is still listened to, so the op it is stuck in is recorded whole, in the minute it
-completes, when the filesystem lets it go.
+completes, when the filesystem lets it go: with the wait before its timed call that showed as
+the op stuck (the worker's ``shown``), and one that ends before its run began counts that wait
+(``_cut``), never an error.
 At most ``max_abandoned`` stuck workers may pile up per target; past that, ticks are skipped.
 With an ``owner`` (the service), the worker holds the workspace's lock
 (``locks/workspace_lock.py``); a replacement is started as the ``successor`` of the stuck one, which
@@ -210,7 +212,7 @@ class TargetRunner:
             worker.in_flight = InFlight(self._tick, now)
             self.status.ticks += 1
             self.status.last_tick = wall
-            if not worker.send({"tick": self._tick}):
+            if not worker.send({"tick": self._tick, "sent": now}):
                 worker.in_flight = None
                 self._current = None
                 worker.kill()
@@ -308,7 +310,7 @@ class TargetRunner:
                                             "at": wall}
                     self._log_error(op, message, hung)
                 else:
-                    latency = float(message["lat"])
+                    latency = max(float(message["lat"]), self._shown(message) or 0.0)
                     self._returned(flight, op, latency, wall)
                     self.status.last[op] = {"lat": latency, "at": wall}
             elif message.get("end") and flight is not None and message.get("tick") == flight.tick:
@@ -321,7 +323,11 @@ class TargetRunner:
                     worker.stop()  # its late results are in; let it go
             elif message.get("exit"):
                 position = worker.position()
-                if position is not None and not self._closed:
+                if position is not None and not self._closed and worker.abandoned:
+                    log.info("target %s: worker %d, abandoned while stuck before %s, has ended; "
+                             "that wait counts as the op's latency", self.name, worker.pid,
+                             position[0])
+                elif position is not None and not self._closed:
                     log.error("target %s: worker %d exited during %s", self.name, worker.pid,
                               position[0])
                     # Abandoned (told to quit) before its run began, hung in its start (the
@@ -410,8 +416,19 @@ class TargetRunner:
         ended in an error, whose latency is recorded (a quick failure says nothing of how
         slow the filesystem is, and counts as an error only)."""
         lat = message.get("lat")
-        if isinstance(lat, (int, float)) and lat > self.interval:
-            return float(lat)
+        lat = float(lat) if isinstance(lat, (int, float)) else 0.0
+        lat = max(lat, self._shown(message) or 0.0)
+        return lat if lat > self.interval else None
+
+    def _shown(self, message: dict) -> float | None:
+        """How long the op was shown in flight, when the worker says it was longer than its
+        timed call and that is longer than the interval: a wait before the call (the worker
+        stuck in the lock, the open, statvfs; a replacement stuck as it started) shown as the
+        op stuck, whose full latency the op then records (SPEC section 4)."""
+        shown = message.get("shown")
+        if isinstance(shown, (int, float)) and not isinstance(shown, bool) \
+                and shown > self.interval:
+            return float(shown)
         return None
 
     def _log_error(self, op: str, message: dict, hung: float | None = None) -> None:
