@@ -51,9 +51,9 @@ def sleep_until(t: float) -> None:
     time.sleep(max(0.0, t - time.time()))
 
 
-def mdtest_hard(seconds: int) -> list[str]:
+def mdtest_hard(seconds: int, ranks: int = 2) -> list[str]:
     """IO500's mdtest-hard write phase: 3,901-byte files in one shared directory, stopped
-    after ``seconds`` (stonewall)."""
-    return ["mpiexec", "--allow-run-as-root", "--oversubscribe", "-np", "2",
+    after ``seconds`` (stonewall), from ``ranks`` processes."""
+    return ["mpiexec", "--allow-run-as-root", "--oversubscribe", "-np", str(ranks),
             str(ior_bin() / "mdtest"), "-n", "1000000", "-t", "-w", "3901", "-e", "3901",
             "-P", "-N", "1", "-F", "-d", "load/mdt_hard", "-C", "-W", str(seconds)]

@@ -45,6 +45,8 @@ end-volume
 class TestbedRefused(RuntimeError):
     """The testbed cannot start here without touching what is not its own."""
 
+    __test__ = False  # an error, not a test class, whatever its name
+
 
 def sh(*cmd: str, timeout: float = 120, check: bool = True) -> subprocess.CompletedProcess:
     """Run a fixed command (no shell); raise with its output when it fails."""
@@ -143,15 +145,18 @@ def sockets(volume: str) -> list[Path]:
 
 
 class MachineLock:
-    """One testbed per machine at a time (glusterd's port and /var/run/gluster are shared)."""
+    """One testbed of a kind per machine at a time (glusterd's port and /var/run/gluster are
+    shared; so are the ports of the CephFS testbed's mon)."""
 
-    def __init__(self, wait: float) -> None:
+    def __init__(self, wait: float, path: Path = LOCK_FILE, what: str = "GlusterFS") -> None:
         self.wait = wait
+        self.path = path
+        self.what = what
         self.fd: int | None = None
 
     def __enter__(self) -> MachineLock:
-        LOCK_FILE.parent.mkdir(parents=True, exist_ok=True)
-        self.fd = os.open(LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         deadline = time.monotonic() + self.wait
         while True:
             try:
@@ -161,7 +166,7 @@ class MachineLock:
                 if time.monotonic() > deadline:
                     os.close(self.fd)
                     raise TestbedRefused(
-                        f"another GlusterFS testbed holds {LOCK_FILE} for more than "
+                        f"another {self.what} testbed holds {self.path} for more than "
                         f"{self.wait:.0f} s; one testbed per machine at a time") from None
                 time.sleep(1)
 

@@ -44,8 +44,8 @@ class NamespaceNode:
             self.proc = subprocess.Popen(
                 ["unshare", "--uts", "--mount", "--propagation", "private",
                  sys.executable, "-m", "tests.kit.testbed.nsrun",
-                 "--hostname", self.name, "--source", f"{self.bed.server.host}:/"
-                 f"{self.bed.server.volume}", "--mount", str(self.mount),
+                 "--hostname", self.name, *self.bed.mount_options(self),
+                 "--mount", str(self.mount),
                  "--client-log", str(self.dir / "client.log"), "--ready", str(ready),
                  *(["--cwd", str(cwd)] if cwd else []), json.dumps(steps)],
                 cwd=ROOT, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
@@ -84,7 +84,7 @@ class ProbeNode(NamespaceNode):
             'windows = ["1m", "10m"]',
             'statistics = ["median", "q95"]',
             "[[target]]",
-            f'name = "{TARGET}"',
+            f'name = "{bed.target}"',
             f'path = "{self.mount}/slowdown"',
             'data_file = "own"',
             'data_size = "64MiB"',
@@ -108,6 +108,7 @@ class Testbed:
     """``with Testbed(nodes=2) as bed:``: a volume, ``bed.nodes`` probing, ``bed.load(...)``."""
 
     __test__ = False  # not a test class, whatever its name
+    target = TARGET
 
     def __init__(self, nodes: int = 2, directory: Path | None = None, brick_mib: int = 4096,
                  ping_timeout: int | None = None, lock_wait: float = 600,
@@ -142,6 +143,10 @@ class Testbed:
             self.__exit__(None, None, None)
             raise
         return self
+
+    def mount_options(self, node: NamespaceNode) -> list[str]:
+        """nsrun's options that mount the volume in ``node``'s namespace."""
+        return ["--source", f"{self.server.host}:/{self.server.volume}"]
 
     def load(self, argv: list[str], name: str = "load", timeout: float = 3600) -> int:
         """Run ``argv`` on a node that does not probe (its own namespace and mount), in the

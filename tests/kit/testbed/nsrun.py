@@ -1,8 +1,9 @@
 """One node, run inside its own UTS and mount namespaces (``unshare --uts --mount
 --propagation private python -m tests.kit.testbed.nsrun ...``): set the host name, mount the
-volume, run the given commands one after the other, unmount, reap the client.
+volume (GlusterFS with ``--source``, or any FUSE client's command with ``--mount-cmd``, such
+as ceph-fuse), run the given commands one after the other, unmount, reap the client.
 
-Why a program of its own: the glusterfs client is a daemon inside the namespace; left mounted
+Why a program of its own: the FUSE client is a daemon inside the namespace; left mounted
 it lives on after the last command (and keeps the namespace alive). So the mount is undone
 here, whatever the commands did, and a client that survives the unmount is killed by PID.
 SIGTERM and SIGINT go to the command running; the rest are then skipped.
@@ -34,7 +35,7 @@ def _forward(signum: int, _frame: object) -> None:
             _child.send_signal(signum)
 
 
-def _client_pids(mount: str) -> list[int]:
+def _client_pids(mount: str, client: bytes) -> list[int]:
     found = []
     for name in os.listdir("/proc"):
         if not name.isdigit():
@@ -42,12 +43,12 @@ def _client_pids(mount: str) -> list[int]:
         with contextlib.suppress(OSError):
             with open(f"/proc/{name}/cmdline", "rb") as f:
                 argv = f.read().split(b"\0")
-            if argv and argv[0].endswith(b"glusterfs") and mount.encode() in argv:
+            if argv and argv[0].endswith(client) and mount.encode() in argv:
                 found.append(int(name))
     return found
 
 
-def _unmount(mount: str) -> None:
+def _unmount(mount: str, client: bytes) -> None:
     for _ in range(20):
         if mount_fstype(mount) is None:
             break
@@ -57,9 +58,9 @@ def _unmount(mount: str) -> None:
     else:
         subprocess.run(["umount", "-l", mount], capture_output=True)
     deadline = time.monotonic() + 10
-    while _client_pids(mount) and time.monotonic() < deadline:
+    while _client_pids(mount, client) and time.monotonic() < deadline:
         time.sleep(0.1)
-    for pid in _client_pids(mount):
+    for pid in _client_pids(mount, client):
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGCONT)
             os.kill(pid, signal.SIGKILL)
@@ -69,7 +70,10 @@ def main(argv: list[str]) -> int:
     global _child
     parser = argparse.ArgumentParser()
     parser.add_argument("--hostname", required=True)
-    parser.add_argument("--source", required=True, help="HOST:/VOLUME")
+    parser.add_argument("--source", help="HOST:/VOLUME of GlusterFS")
+    parser.add_argument("--mount-cmd", help="JSON argv that mounts on --mount (else GlusterFS)")
+    parser.add_argument("--fstype", default="fuse.glusterfs", help="the mount's type once made")
+    parser.add_argument("--client", default="glusterfs", help="the FUSE client's program")
     parser.add_argument("--mount", required=True)
     parser.add_argument("--client-log", required=True)
     parser.add_argument("--ready", required=True, help="file written once mounted")
@@ -83,10 +87,12 @@ def main(argv: list[str]) -> int:
     socket.sethostname(args.hostname)
     rc = 0
     try:
-        subprocess.run(["mount", "-t", "glusterfs", "-o", f"log-file={args.client_log}",
-                        args.source, args.mount], check=True, capture_output=True)
-        if mount_fstype(args.mount) != "fuse.glusterfs":
-            raise RuntimeError(f"{args.source} did not mount on {args.mount}")
+        mount = (json.loads(args.mount_cmd) if args.mount_cmd else
+                 ["mount", "-t", "glusterfs", "-o", f"log-file={args.client_log}", args.source,
+                  args.mount])
+        subprocess.run(mount, check=True, capture_output=True)
+        if mount_fstype(args.mount) != args.fstype:
+            raise RuntimeError(f"{mount} did not mount {args.fstype} on {args.mount}")
         with open(args.ready, "w") as f:
             f.write(f"{os.getpid()}\n")
         for step in steps:
@@ -97,7 +103,7 @@ def main(argv: list[str]) -> int:
             if rc != 0:
                 break
     finally:
-        _unmount(args.mount)
+        _unmount(args.mount, args.client.encode())
     return rc
 
 
