@@ -5,10 +5,14 @@ when its ops are back."""
 from __future__ import annotations
 
 import time
+from typing import TYPE_CHECKING
 
 from slowdown.analysis.words import MD_OPS
-from tests.kit.servicekit import live
+from tests.kit.servicekit import live, wait_for
 from tests.kit.testbed.nodes import ProbeNode
+
+if TYPE_CHECKING:
+    from tests.kit.testbed.cephbed import CephTestbed
 
 TARGET = "cephfs"
 DATA_OPS = ("data-read", "data-write")
@@ -49,3 +53,22 @@ def watch(node: ProbeNode, seconds: float, since: float, step: float = 2) -> lis
 def worst(samples: list[dict]) -> float:
     """The longest any op was in flight over the samples."""
     return max((age for s in samples for age in s["in_flight"].values()), default=0.0)
+
+
+def mds_failover(bed: CephTestbed) -> tuple[float, float, dict[str, float]]:
+    """Kill the active MDS (a standby present) and watch the nodes until their md ops are back:
+    (seconds until a standby was active, seconds until every node's md ops were back, each
+    node's oldest md op in flight meanwhile)."""
+    killed_at = time.time()
+    killed = bed.kill_active_mds()
+    stalled = {node.name: 0.0 for node in bed.nodes}
+    while bed.active_mds() in (killed, None):
+        for node in bed.nodes:
+            stalled[node.name] = max(stalled[node.name], stuck(node, "md"))
+        assert time.time() - killed_at < 90, "no standby took over in 90 s"
+        time.sleep(0.5)
+    failover = time.time() - killed_at
+    for node in bed.nodes:
+        wait_for(lambda n=node: back(n, killed_at + failover, MD_OPS), 90, step=0.5,
+                 what=f"{node.name}'s md ops back after the failover")
+    return failover, time.time() - killed_at, stalled
