@@ -37,11 +37,11 @@ def test_two_nodes_probe_cephfs_quietly_and_ride_out_an_mds_failover(root_only) 
         sleep_until(quiet)
         for node in bed.nodes:
             rebaseline(node.config, started, quiet, "quiet CephFS")
-        failover, recovered, stalled = mds_failover(bed)
-        running = {node.name: node.proc.poll() is None for node in bed.nodes}
-        sleep_until(max(time.time(), quiet + 63))  # the quiet minute flushed
+        sleep_until(quiet + 63)  # the quiet minute flushed, before the failover
         seen = {node.name: per_minute(node.config, quiet, quiet + 60, "median")[0]
                 for node in bed.nodes}
+        failover, recovered, stalled = mds_failover(bed)
+        running = {node.name: node.proc.poll() is None for node in bed.nodes}
         outputs = {node.name: node.output() for node in bed.nodes}
         times = {**bed.times, "rss_mib": round(bed.rss_mib())}
     times.update(bed.times)
