@@ -79,10 +79,10 @@ def _refuse_symlinks(path: Path) -> None:
         current = current / part
         try:
             st = os.lstat(current)
-        except FileNotFoundError:
-            if n != len(parts) - 1:
+        except FileNotFoundError as exc:
+            if n != len(parts) - 1:  # named ENOENT: an evicted CephFS mount answers so
                 raise WorkspaceError(f"target path {path}: {current} does not exist (prepare "
-                                     "creates only the target directory itself)") from None
+                                     "creates only the target directory itself)") from exc
             return
         except OSError as exc:
             if exc.errno not in (errno.EACCES, errno.EPERM):  # the filesystem failed the call
