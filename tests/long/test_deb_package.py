@@ -78,6 +78,7 @@ def machine():
             subprocess.run(["groupdel", "slowdown"], capture_output=True)
 
 
+@pytest.mark.timeout(1500)  # two builds from PyPI at a low priority beside CI's suites
 def test_install_upgrade_remove_purge(machine, tmp_path: Path) -> None:
     first, second = build("0.1.0-1"), build("0.1.0-2")
     run(*APT, "install", str(first))
