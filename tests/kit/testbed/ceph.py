@@ -39,6 +39,7 @@ from tests.kit.testbed.gluster import (
     _detach,
     kill_all,
     pids_mentioning,
+    prefix_leftovers,
     processes,
     sh,
 )
@@ -335,13 +336,7 @@ class CephCluster:
 
 def leftovers(ledger: CephLedger) -> list[str]:
     """Anything of ours still there: processes, mounts, loop devices, files."""
-    found = [f"process {pid}: {processes().get(pid, ('', '', ''))[2]}"
-             for pid in pids_mentioning(ledger.prefix)]
-    with open("/proc/self/mountinfo") as f:
-        found += [f"mount {line.split()[4]}" for line in f if ledger.prefix in line]
-    loops = sh("losetup", "-a", check=False).stdout
-    found += [f"loop {line}" for line in loops.splitlines() if ledger.prefix in line]
-    found += [f"file {p}" for p in ledger.files if os.path.lexists(p)]
+    found = prefix_leftovers(ledger.prefix, ledger.files)
     found += [f"cgroup {g}" for g in ledger.cgroups if g.exists()]
     if ledger.base.exists():
         found.append(f"directory {ledger.base}")

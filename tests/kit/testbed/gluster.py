@@ -21,6 +21,7 @@ import socket
 import subprocess
 import time
 import xml.etree.ElementTree as ET
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -319,15 +320,22 @@ def _remove(path: Path) -> None:
         path.unlink(missing_ok=True)
 
 
+def prefix_leftovers(prefix: str, files: Iterable[Path]) -> list[str]:
+    """What a testbed whose every name carries ``prefix`` left: processes, mounts, loop
+    devices, and which of ``files`` still exist (GlusterFS's and CephFS's testbeds alike)."""
+    found = [f"process {pid}: {processes().get(pid, ('', '', ''))[2]}"
+             for pid in pids_mentioning(prefix)]
+    with open("/proc/self/mountinfo") as f:
+        found += [f"mount {line.split()[4]}" for line in f if prefix in line]
+    loops = sh("losetup", "-a", check=False).stdout
+    found += [f"loop {line}" for line in loops.splitlines() if prefix in line]
+    found += [f"file {p}" for p in files if os.path.lexists(p)]
+    return found
+
+
 def leftovers(ledger: Ledger) -> list[str]:
     """Anything of ours still there: processes, mounts, loop devices, files."""
-    found = [f"process {pid}: {processes().get(pid, ('', '', ''))[2]}"
-             for pid in pids_mentioning(ledger.prefix)]
-    with open("/proc/self/mountinfo") as f:
-        found += [f"mount {line.split()[4]}" for line in f if ledger.prefix in line]
-    loops = sh("losetup", "-a", check=False).stdout
-    found += [f"loop {line}" for line in loops.splitlines() if ledger.prefix in line]
-    found += [f"file {p}" for p in ledger.files if os.path.lexists(p)]
+    found = prefix_leftovers(ledger.prefix, ledger.files)
     if ledger.glusterd is not None and ledger.glusterd.poll() is None:
         found.append(f"glusterd {ledger.glusterd.pid}")
     if ledger.base.exists():
