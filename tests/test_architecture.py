@@ -30,6 +30,7 @@ RANKS = {
     "slowdown.probe": 6,
     "slowdown.probe.layout": 6,
     "slowdown.probe.locks": 7,
+    "slowdown.probe.servers": 7,
     "slowdown.probe.probes": 8,
     "slowdown.probe.workspaces": 9,
     "slowdown.probe.runtime": 9,

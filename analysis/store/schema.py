@@ -13,7 +13,7 @@ import sqlite3
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from slowdown.analysis.store import ten_minute_records
+from slowdown.analysis.store import server_records, ten_minute_records
 
 APPLICATION_ID = 0x534C4457  # "SLDW"
 
@@ -231,6 +231,9 @@ MIGRATIONS: list[str] = [
     # what a cluster view reads where whole ten minutes are shown. ten_minute_records.fill
     # (FILLS) makes them for the minutes written before, in the same transaction.
     ten_minute_records.CREATE,
+    # 9: per-server records: each op's latencies per (host, target, op, server, ten minutes),
+    # so that a fleet's probes add up per server (server_records.py).
+    server_records.CREATE,
 ]
 
 VERSION = len(MIGRATIONS)

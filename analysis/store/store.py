@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 
 from slowdown.analysis.histogram import codec
-from slowdown.analysis.store import schema, sql_functions, ten_minute_records
+from slowdown.analysis.store import schema, server_records, sql_functions, ten_minute_records
 from slowdown.analysis.store.file_identity import FileIdentity
 from slowdown.analysis.store.open_files import READERS, read_only_uri
 from slowdown.analysis.store.records import (
@@ -101,6 +101,7 @@ class Store:
         self.path = Path(path)
         self.readonly = readonly
         self._series: dict[tuple[str, str, str], int] = {}
+        self._server_series: dict[tuple[str, str, str, str], int] = {}
         self._timeout, self._check_same_thread = timeout, check_same_thread
         self._watch_wal: str | None = None  # an immutable reader's cue to reconnect
         self._released = False  # a reader closed by the bound on open files (open_files.py)
@@ -162,7 +163,7 @@ class Store:
         store = cls.__new__(cls)
         store.path = Path(path)
         store.readonly = True
-        store._series = {}
+        store._series, store._server_series = {}, {}
         store._timeout, store._check_same_thread = 10.0, True
         store.version, store._uri, store._watch_wal = state
         store._released = True
@@ -241,9 +242,23 @@ class Store:
             self._series[key] = sid
         return sid
 
+    def _server_series_id(self, host: str, target: str, op: str, server: str) -> int:
+        key = (host, target, op, server)
+        sid = self._server_series.get(key)
+        if sid is None:
+            self.conn.execute("INSERT OR IGNORE INTO server_series (host, target, op, server) "
+                              "VALUES (?, ?, ?, ?)", key)
+            sid = self.conn.execute(
+                "SELECT id FROM server_series WHERE host = ? AND target = ? AND op = ? "
+                "AND server = ?", key).fetchone()[0]
+            self._server_series[key] = sid
+        return sid
+
     def write(self, records: Iterable[Record], node: Iterable[NodeContext] = (),
-              state: dict[str, object] | None = None) -> int:
-        """Write (or merge into) records, node context and service state in one transaction.
+              state: dict[str, object] | None = None,
+              servers: Iterable[server_records.ServerRecord] = ()) -> int:
+        """Write (or merge into) records, node context, service state and per-server records
+        (``server_records.py``) in one transaction.
 
         Returns how many records were written.
         """
@@ -267,6 +282,8 @@ class Store:
             for table, table_rows in rows.items():
                 self.conn.executemany(_upsert(table), table_rows)
             self.conn.executemany(ten_minute_records.UPSERT, ten_minute_records.rows_of(minutes))
+            self.conn.executemany(server_records.UPSERT,
+                                  server_records.rows_of(servers, self._server_series_id))
             self.conn.executemany(
                 f"INSERT OR REPLACE INTO node (host, start, {', '.join(NODE_FIELDS)}) "
                 f"VALUES (?, ?{', ?' * len(NODE_FIELDS)})",
@@ -281,6 +298,7 @@ class Store:
         except BaseException:
             self._rollback()
             self._series.clear()  # ids inserted in the rolled-back transaction are gone
+            self._server_series.clear()
             raise
         return sum(len(r) for r in rows.values())
 
