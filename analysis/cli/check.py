@@ -11,6 +11,7 @@ from slowdown.analysis.cli import read_setup as cli
 from slowdown.analysis.cli.options import read_options
 from slowdown.analysis.cli.output import (
     collecting_text,
+    failing_now_note,
     fmt_ratio,
     landing_notes,
     last_errors,
@@ -194,7 +195,9 @@ def check(ctx, dbs, targets, hosts, ops, at, window, statistic, warning, critica
             continue
         value = ts.value
         failing = _worst_errors(ts)
-        if value is None and (failing is None or not failing.error_rate):
+        gone = failing_now_note([s for s in reader.services() if target in s.targets], target,
+                                reader.now)  # every op failing now: before a window shows it
+        if value is None and (failing is None or not failing.error_rate) and not gone:
             levels.append(UNKNOWN)
             parts.append(f"{target} no data")
             continue
@@ -213,6 +216,9 @@ def check(ctx, dbs, targets, hosts, ops, at, window, statistic, warning, critica
                             f"{': ' + ', '.join(met) if met else ''})")
             perf.append(f"'{target} errors'={rate * 100:.1f}%;{errors_warn * 100:g};"
                         f"{errors_crit * 100:g};0;100")
+        if gone:
+            levels.append(CRITICAL)
+            text.append(gone)
         full = space_notes([s for s in reader.services() if target in s.targets], target,
                            full_level)
         if full:  # every user's write fails there: the probe's overwrites may not show it

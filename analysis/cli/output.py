@@ -12,6 +12,8 @@ import sys
 from collections.abc import Sequence
 from typing import Any, TextIO
 
+from slowdown.analysis.words import OPS
+
 
 def fmt_ratio(value: float | None) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
@@ -190,9 +192,12 @@ def failing_note(windows: Sequence[Any], services: Sequence[Any], target: str,
     """``failing: 100% of ops (ESHUTDOWN)``: the share of the target's ops that failed in the
     shortest window (``stats.slowdown.TargetSlowdown``), when at least ``level``, with the
     errors the ops last met there (the worst state a filesystem can be in: the slowdown
-    alone may show nothing, no op having returned)."""
-    if not windows:
-        return None
+    alone may show nothing, no op having returned); ``failing: every op since ...`` instead
+    while every op fails now (``failing_now``), which no window holds yet for up to a
+    minute (the minute records are written when the minute ends)."""
+    gone = failing_now_note(services, target, now)  # says more: since when, and at once
+    if gone is not None or not windows:
+        return gone
     shortest = min(windows, key=lambda ts: ts.window)
     errors = sum(o.errors for o in shortest.ops)
     attempts = errors + sum(o.samples for o in shortest.ops)
@@ -201,6 +206,46 @@ def failing_note(windows: Sequence[Any], services: Sequence[Any], target: str,
     names = last_errors(services, target, since=now - shortest.window - 60)
     rate = errors / attempts
     return f"failing: {_percent(rate)} of ops" + (f" ({', '.join(names)})" if names else "")
+
+
+def failing_now(services: Sequence[Any], target: str, now: float,
+                ops: Sequence[str] = OPS) -> tuple[float, list[str], list[str]] | None:
+    """``(since, errors, hosts)`` when every op of the target failed at its last try on a
+    running service (its live state: a mount gone, an evicted client), before any window
+    holds enough of it: since when all of them fail, the errors, and the hosts where they
+    do; None otherwise. A last try counts if it is recent: at most three intervals (or 10 s)
+    old, so a stuck op is said as stuck, not as failing."""
+    since, names, hosts = None, set(), []
+    for service in services:
+        live = getattr(service, "live", None)
+        if not isinstance(live, dict) or "stopped" in live:
+            continue
+        errors = (getattr(service, "probes", {}).get(target) or {}).get("errors") or {}
+        interval = live.get("interval") if isinstance(live.get("interval"), (int, float)) else 1
+        recent = now - max(10.0, 3 * interval)
+        tries = [errors.get(op) for op in ops]
+        if not all(isinstance(e, dict) and isinstance(e.get("at"), (int, float))
+                   and e["at"] >= recent for e in tries):
+            continue
+        starts = [e.get("since", e["at"]) for e in tries]
+        start = max(float(s) for s in starts if isinstance(s, (int, float)))
+        since = start if since is None else min(since, start)
+        names.update(str(e.get("err")) for e in tries)
+        hosts.append(str(getattr(service, "host", None) or "?"))
+    return None if since is None else (since, sorted(names), sorted(hosts))
+
+
+def failing_now_note(services: Sequence[Any], target: str, now: float) -> str | None:
+    """``failing: every op since 16:41:07 (ESHUTDOWN)``, from ``failing_now``; with the hosts
+    when a view holds several services."""
+    from slowdown.analysis.units import format_clock
+
+    gone = failing_now(services, target, now)
+    if gone is None:
+        return None
+    since, names, hosts = gone
+    on = f" on {', '.join(hosts)}" if len(services) > 1 else ""
+    return f"failing{on}: every op since {format_clock(since, now)} ({', '.join(names)})"
 
 
 def _percent(rate: float) -> str:

@@ -306,8 +306,10 @@ class TargetRunner:
                     hung = self._hung(message)
                     self._returned(flight, op, hung, wall, failed=True)
                     self.status.errors += 1
+                    before = self.status.last.get(op) or {}  # failing since: its streak's start
+                    since = before.get("since", before.get("at")) if "err" in before else wall
                     self.status.last[op] = {"err": message["err"], "msg": message.get("msg"),
-                                            "at": wall}
+                                            "at": wall, "since": since}
                     self._log_error(op, message, hung)
                 else:
                     latency = max(float(message["lat"]), self._shown(message) or 0.0)

@@ -6,7 +6,9 @@ that no file the probe holds made the remount fail.
 
 One service, four targets: a tmpfs filled to its last byte, a FUSE filesystem that fails
 every call with ESHUTDOWN, an ext4 volume remounted read-only while it runs, and a workspace
-removed (``rm -rf``) under it. Run by tests/test_scenes.py.
+removed (``rm -rf``) under it; then a fifth, healthy until its client is "evicted" (every call
+ESHUTDOWN from a moment on): said at once from the live state, before any minute holds it.
+Run by tests/test_scenes.py.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import sys
 import time
 from pathlib import Path
 
+from slowdown.analysis.units import format_clock
 from tests.kit.faultfs import FaultFS
 from tests.kit.faultfs.realfs import ext4_image, tmpfs
 from tests.kit.servicekit import (
@@ -51,6 +54,7 @@ def scene(tmp_path: Path) -> None:
     """One service, four targets, what each line and check says (AssertionError if not)."""
     with tmpfs(tmp_path / "full", 48 << 20) as full, \
             FaultFS(tmp_path / "backing", tmp_path / "mnt") as fs, \
+            FaultFS(tmp_path / "backing2", tmp_path / "mnt2") as evicted, \
             ext4_image(tmp_path / "ext4") as ext4:
         database = tmp_path / "db" / "slowdown.db"
         targets = [TargetSpec("full", Path(full) / "t", data_size="4MiB", pool_files=20,
@@ -60,6 +64,8 @@ def scene(tmp_path: Path) -> None:
                    TargetSpec("rofs", ext4 / "t", data_size="4MiB", pool_files=20,
                               pool_dirs=2),
                    TargetSpec("removed", tmp_path / "plain" / "t", data_size="4MiB",
+                              pool_files=20, pool_dirs=2),
+                   TargetSpec("evicted", evicted.mountpoint / "t", data_size="4MiB",
                               pool_files=20, pool_dirs=2)]
         for t in targets:
             t.path.mkdir(parents=True)
@@ -86,19 +92,27 @@ def scene(tmp_path: Path) -> None:
             check = _slowdown(config, "check")
             check_full = _slowdown(config, "check", "--target", "full", "--full", "100%")
             watch = _slowdown(config, "watch", "--count", "1").stdout
+            evicted.fail("*", "ESHUTDOWN", path="t/*")  # its minutes so far all healthy
+            gone_at = time.time()
+            time.sleep(4)
+            gone_line = _slowdown(config, "--target", "evicted").stdout
+            gone_check = _slowdown(config, "check", "--target", "evicted")
         finally:
             _, log = stop_service(proc)
             subprocess.run(["mount", "-o", "remount,rw", str(ext4)], check=False)
             fs.clear()
+            evicted.clear()
     lines = {row.split()[2]: row for row in line.splitlines() if len(row.split()) > 2}
     assert "filesystem 100% full (0B free)" in lines["full"], line
-    assert "failing: 100% of ops (ESHUTDOWN)" in lines["failing"], line
+    assert "failing: every op since " in lines["failing"], line  # each op fails now
+    assert "(ESHUTDOWN)" in lines["failing"], line
     assert "1m -" in lines["failing"], line
     assert "failing:" in lines["rofs"] and "EROFS" in lines["rofs"], line
     assert "failing:" in lines["removed"] and "ENOENT" in lines["removed"], line
     assert not workspace.exists()  # nothing made again where it was removed
     notes = {t["target"]: t["notes"] for t in doc["targets"]}
-    assert "failing: 100% of ops (ESHUTDOWN)" in notes["failing"], notes
+    assert any(n.startswith("failing: every op since ") and n.endswith("(ESHUTDOWN)")
+               for n in notes["failing"]), notes
     ops = {(t["target"], o["op"]): o for t in doc["targets"] for w in t["windows"]
            if w["window"] == 60 for o in w["ops"]}
     assert ops[("failing", "md-stat")]["error_rate"] == 1.0
@@ -107,6 +121,13 @@ def scene(tmp_path: Path) -> None:
     assert check.returncode == 2 and "filesystem 100% full" in check.stdout, check.stdout
     assert "ESHUTDOWN" in check.stdout, check.stdout
     assert check_full.returncode == 2, check_full.stdout  # 100 % is at the level
-    assert "failing: 100% of ops (ESHUTDOWN)" in watch and "100% full" in watch, watch
+    assert "failing: every op since " in watch and "100% full" in watch, watch
+    # The evicted mount, 4 s after: no window holds a failure yet; the live state says it.
+    assert "failing: every op since " in gone_line and "(ESHUTDOWN)" in gone_line, gone_line
+    since = gone_line.split("every op since ")[1].split(" (")[0]
+    now = time.time()  # the streak began at the first call that failed, within 3 s
+    assert since in {format_clock(gone_at + d, now) for d in range(-1, 4)}, (since, gone_at)
+    assert gone_check.returncode == 2, gone_check.stdout
+    assert "failing: every op since" in gone_check.stdout, gone_check.stdout
     assert "Traceback" not in log, log
     assert os.path.exists(database)
