@@ -3,7 +3,9 @@ standby MDS, the client key ``ceph fs authorize`` makes): for files of several o
 plain layout and a striped one (stripe_count 3), every MiB's object and primary OSD as the
 resolver names them are those ``ceph osd map`` gives the admin, the object exists
 (``rados stat``) and holds the file's bytes; md ops name mds.0; a path that is not there, and
-then a killed monitor, give ``unknown`` within a bound. About 1.5 minutes."""
+then a killed monitor, give ``unknown`` within a bound; the resolver run as another user
+(the service runs as its own) answers the same, and ``unknown`` with a key it cannot read.
+About 1 minute."""
 
 from __future__ import annotations
 
@@ -16,7 +18,14 @@ from slowdown.analysis.store.server_records import UNKNOWN
 from slowdown.probe.servers import for_mount
 from slowdown.probe.servers.ceph import CephResolver
 from slowdown.probe.servers.ceph_placement import object_name
-from tests.kit.cephservers import admin_map, fuse_mount, object_bytes, place, write_file
+from tests.kit.cephservers import (
+    admin_map,
+    as_nobody,
+    fuse_mount,
+    object_bytes,
+    place,
+    write_file,
+)
 from tests.kit.testbed.cephbed import CephTestbed
 
 pytestmark = [pytest.mark.root, pytest.mark.slow, pytest.mark.testbed,
@@ -58,12 +67,20 @@ def test_data_ops_name_the_primary_osd_md_ops_the_rank_and_failures_unknown(root
                 objects.add(obj)
                 checked += 1
         first_lookups = time.monotonic() - t0
+        resolver_first = resolver.server("data-read", str(mount / "plain" / "data.bin"), 0)
         asked = resolver.asked
         assert resolver.server("md-stat", str(mount / "plain" / "data.bin"), None) == "mds.0"
         assert resolver.server("md-write", str(mount / "plain" / "file-1"), None) == "mds.0"
         t1 = time.monotonic()
         assert resolver.server("data-read", str(mount / "plain" / "missing"), 0) == UNKNOWN
         missing = time.monotonic() - t1
+        plain = str(mount / "plain" / "data.bin")
+        os.chmod(bed.ledger.base, 0o755)  # the service's own user reads the conf and key
+        user = as_nobody(lambda: CephResolver(mount).server("data-read", plain, 0))
+        keyring = bed.ledger.base / "keys" / "client.probe.keyring"
+        keyring.chmod(0o600)  # a key only root may read
+        locked_out = as_nobody(lambda: CephResolver(mount).server("data-read", plain, 0))
+        keyring.chmod(0o644)
         bed.server.ceph("osd", "set", "noout")  # a new osdmap epoch
         os.kill(bed.server.pid_of("mon.a"), 9)
         fresh = CephResolver(mount)
@@ -78,7 +95,9 @@ def test_data_ops_name_the_primary_osd_md_ops_the_rank_and_failures_unknown(root
           f"monitors {asked} times ({first_lookups:.1f} s with the checks); a missing path "
           f"{missing * 1000:.0f} ms; a killed monitor: unknown after {first_try:.1f} s, then "
           f"{second_try * 1000:.1f} ms; testbed {bed.times}")
+    print(f"as nobody: {user}; with a key it cannot read: {locked_out}")
     assert checked == 48 and len(objects) == 6 + 8
+    assert user == resolver_first and locked_out == UNKNOWN
     assert asked <= 4  # the epochs, the pools, one batch per file
     assert missing < 1.0
     assert (without_mon, again) == (UNKNOWN, UNKNOWN)

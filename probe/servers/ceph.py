@@ -10,7 +10,9 @@ most every ``EPOCH_EVERY`` seconds, with the MDS map's). Metadata: with one acti
 ``mds.0``; with several, the rank an export pin (``ceph.dir.pin``) on the directory or an
 ancestor within the mount names; otherwise ``unknown`` (the balancer moves unpinned trees).
 Anything that fails is ``unknown``; after a failure the monitors are asked again only after
-``BACKOFF`` seconds, so a cluster without monitors costs one bounded try a minute.
+``BACKOFF`` seconds, so a cluster without monitors costs one try of at most ``TIMEOUT``
+(5 s) every 5 minutes. A lookup blocks only on a cache miss or an epoch look (one helper
+run, 0.2-0.5 s), never on the filesystem for a path already seen.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ from slowdown.probe.servers.ceph_placement import (
 )
 
 EPOCH_EVERY = 120.0  # seconds between looks at the osdmap and MDS map epochs
-BACKOFF = 60.0  # seconds without asking the monitors after they failed to answer
+BACKOFF = 300.0  # seconds without asking the monitors after they failed to answer
 MAX_OBJECTS = 1 << 20  # a file's objects enumerated to find its PGs (4 TiB of 4 MiB objects)
 
 

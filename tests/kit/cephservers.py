@@ -11,7 +11,7 @@ import json
 import os
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from tests.kit.testbed.cephbed import CephTestbed
@@ -83,3 +83,26 @@ def wait_subtree(bed: CephTestbed, rank: int, path: str, timeout: float = 60) ->
             return time.monotonic() - t0
         time.sleep(1)
     raise AssertionError(f"rank {rank} is not the authority of {path} after {timeout} s")
+
+
+def as_nobody(call: Callable[[], str]) -> str:
+    """``call()`` in a forked child that runs as ``nobody`` (as the service runs as its own
+    user, not root); its result, or the error it raised."""
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: never returns into the test
+        try:
+            os.close(read)
+            os.setgroups([])
+            os.setgid(65534)
+            os.setuid(65534)
+            out = call()
+        except BaseException as exc:  # said to the parent, who asserts on it
+            out = f"error {exc!r}"
+        os.write(write, out.encode())
+        os._exit(0)
+    os.close(write)
+    with os.fdopen(read) as f:
+        out = f.read()
+    os.waitpid(pid, 0)
+    return out
