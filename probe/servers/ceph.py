@@ -110,13 +110,15 @@ class CephResolver(Resolver):
                 self._max_mds = self._ranks_of(fsmap)
 
     def _ranks_of(self, fsmap: dict) -> int | None:
-        """The number of active ranks of the mount's filesystem (its name, else the default)."""
+        """How many ranks the mount's filesystem has (by its name, else the default one)."""
         wanted = self._client.fs if self._client else ""
         for fs in fsmap.get("filesystems", []):
             mdsmap = fs.get("mdsmap", {})
             if (wanted and mdsmap.get("fs_name") == wanted) or \
                     (not wanted and fs.get("id") == fsmap.get("default_fscid")):
-                return int(mdsmap.get("max_mds", 0)) or None
+                ranks = mdsmap.get("in")  # the ranks that exist now; max_mds is the wish
+                return len(ranks) if isinstance(ranks, list) and ranks else \
+                    int(mdsmap.get("max_mds", 0)) or None
         return None
 
     # Data ops.
