@@ -24,6 +24,7 @@ from tests.kit.cephservers import (
     fuse_mount,
     object_bytes,
     place,
+    settled,
     write_file,
 )
 from tests.kit.testbed.cephbed import CephTestbed
@@ -56,7 +57,7 @@ def test_data_ops_name_the_primary_osd_md_ops_the_rank_and_failures_unknown(root
             ino = os.stat(path).st_ino
             for mib in range(len(data) // MiB):
                 offset = mib * MiB
-                got = resolver.server("data-read", str(path), offset)
+                got = settled(resolver, "data-read", str(path), offset)
                 number, inside = place(layout, offset)
                 obj = object_name(ino, number)
                 truth = admin_map(bed, obj)
@@ -69,38 +70,42 @@ def test_data_ops_name_the_primary_osd_md_ops_the_rank_and_failures_unknown(root
         first_lookups = time.monotonic() - t0
         resolver_first = resolver.server("data-read", str(mount / "plain" / "data.bin"), 0)
         asked = resolver.asked
-        assert resolver.server("md-stat", str(mount / "plain" / "data.bin"), None) == "mds.0"
+        assert settled(resolver, "md-stat", str(mount / "plain" / "data.bin"), None) == "mds.0"
         assert resolver.server("md-write", str(mount / "plain" / "file-1"), None) == "mds.0"
         t1 = time.monotonic()
         assert resolver.server("data-read", str(mount / "plain" / "missing"), 0) == UNKNOWN
         missing = time.monotonic() - t1
         plain = str(mount / "plain" / "data.bin")
         os.chmod(bed.ledger.base, 0o755)  # the service's own user reads the conf and key
-        user = as_nobody(lambda: CephResolver(mount).server("data-read", plain, 0))
+        user = as_nobody(lambda: settled(CephResolver(mount), "data-read", plain, 0))
         keyring = bed.ledger.base / "keys" / "client.probe.keyring"
         keyring.chmod(0o600)  # a key only root may read
-        locked_out = as_nobody(lambda: CephResolver(mount).server("data-read", plain, 0))
+        locked_out = as_nobody(lambda: settled(CephResolver(mount), "data-read", plain, 0, 12))
         keyring.chmod(0o644)
         bed.server.ceph("osd", "set", "noout")  # a new osdmap epoch
         os.kill(bed.server.pid_of("mon.a"), 9)
         fresh = CephResolver(mount)
         t2 = time.monotonic()
-        without_mon = fresh.server("data-read", str(mount / "plain" / "data.bin"), 0)
+        without_mon = fresh.server("data-read", plain, 0)  # a question started, not waited for
         first_try = time.monotonic() - t2
+        fresh.wait(30)
+        failed_after = time.monotonic() - t2
         t3 = time.monotonic()
-        again = fresh.server("md-stat", str(mount / "plain" / "data.bin"), None)
+        again = [fresh.server("data-read", plain, 0), fresh.server("md-stat", plain, None)]
         second_try = time.monotonic() - t3
-        cached = resolver.server("data-read", str(mount / "plain" / "data.bin"), 0)
+        cached = resolver.server("data-read", plain, 0)
     print(f"\n{checked} offsets in {len(objects)} objects checked; the resolver asked the "
           f"monitors {asked} times ({first_lookups:.1f} s with the checks); a missing path "
-          f"{missing * 1000:.0f} ms; a killed monitor: unknown after {first_try:.1f} s, then "
-          f"{second_try * 1000:.1f} ms; testbed {bed.times}")
+          f"{missing * 1000:.0f} ms; a killed monitor: unknown in {first_try * 1000:.0f} ms, "
+          f"its question failed after {failed_after:.1f} s, then unknown in "
+          f"{second_try * 1000:.1f} ms asking nothing; testbed {bed.times}")
     print(f"as nobody: {user}; with a key it cannot read: {locked_out}")
     assert checked == 48 and len(objects) == 6 + 8
     assert user == resolver_first and locked_out == UNKNOWN
     assert asked <= 4  # the epochs, the pools, one batch per file
     assert missing < 1.0
-    assert (without_mon, again) == (UNKNOWN, UNKNOWN)
-    assert first_try < 25 and second_try < 0.1
+    assert (without_mon, again) == (UNKNOWN, [UNKNOWN, UNKNOWN])
+    assert first_try < 0.5 and failed_after < 15 and second_try < 0.1
+    assert (fresh.asked, fresh.failures) == (1, 1)  # then the back-off: no question
     assert cached.startswith("osd.")  # what it knew stays until the map is seen to change
     assert bed.leftovers() == []

@@ -9,14 +9,18 @@ first seen. The map is dropped on ``refresh`` and when the osdmap epoch changes 
 most every ``EPOCH_EVERY`` seconds, with the MDS map's). Metadata: with one active rank,
 ``mds.0``; with several, the rank an export pin (``ceph.dir.pin``) on the directory or an
 ancestor within the mount names; otherwise ``unknown`` (the balancer moves unpinned trees).
-Anything that fails is ``unknown``; after a failure the monitors are asked again only after
-``BACKOFF`` seconds, so a cluster without monitors costs one try of at most ``TIMEOUT``
-(5 s) every 5 minutes. A lookup blocks only on a cache miss or an epoch look (one helper
-run, 0.2-0.5 s), never on the filesystem for a path already seen.
+
+The monitors are never waited for: a lookup that needs them starts one question in a helper
+process and says ``unknown`` now; a later lookup collects the answer (one question in
+flight at a time). So a lookup costs a dictionary look-up, or a process start, and blocks
+only on the filesystem, for a path not seen yet (``stat``, ``getxattr``). Anything that
+fails is ``unknown``; after a failure the monitors are asked again only after ``BACKOFF``
+seconds (a cluster without monitors: one helper of at most 10 s every 5 minutes).
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import os
@@ -26,7 +30,7 @@ from typing import ClassVar
 from slowdown.analysis.store.server_records import UNKNOWN
 from slowdown.probe.layout.names import BLOCK_SIZE
 from slowdown.probe.servers import Resolver
-from slowdown.probe.servers.ceph_client import CephClient, CephError, client_of
+from slowdown.probe.servers.ceph_client import CephClient, CephError, Pending, client_of
 from slowdown.probe.servers.ceph_placement import (
     HASH_RJENKINS,
     FileLayout,
@@ -50,9 +54,12 @@ class CephResolver(Resolver):
     def __init__(self, target) -> None:
         super().__init__(target)
         self.asked = 0  # helper runs (each one process, one monitor session): the cost
+        self.failures = 0  # helper runs that found no answer
+        self._job: tuple[str, Pending, object] | None = None
         self.refresh()
 
     def refresh(self) -> None:
+        self._drop_job()
         self._client: CephClient | None = None
         self._files: dict[str, tuple[int, FileLayout, int]] = {}
         self._pools: dict[str, tuple[int, str, int, int]] = {}  # id, name, pg_num, hash
@@ -67,6 +74,7 @@ class CephResolver(Resolver):
 
     def server(self, op: str, path: str, offset: int | None) -> str:
         try:
+            self._collect()
             if op.startswith("md-"):
                 return self._mds(path)
             if offset is None:
@@ -75,26 +83,60 @@ class CephResolver(Resolver):
         except (CephError, OSError, ValueError, KeyError, TypeError, json.JSONDecodeError):
             return UNKNOWN
 
-    # The monitors, asked sparingly.
-    def _ask(self, commands: list[dict]) -> list[tuple[int, str, str]]:
-        now = time.monotonic()
-        if now - self._failed < BACKOFF:
-            raise CephError("the monitors failed a moment ago")
+    def wait(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds for the question in flight (for a caller that may
+        block, as a test); True when none is left."""
+        if self._job is not None:
+            self._job[1].done(wait=timeout)
+            self._collect()
+        return self._job is None
+
+    # The monitors, asked in the background, one question at a time.
+    def _start(self, kind: str, commands: list[dict], context: object = None) -> None:
+        if self._job is not None or time.monotonic() - self._failed < BACKOFF:
+            return
         try:
             if self._client is None:
                 self._client = client_of(self.target)
+            self._job = (kind, self._client.start(commands), context)
             self.asked += 1
-            return self._client.ask(commands)
         except CephError:
-            self._failed = time.monotonic()
+            self._failed, self.failures = time.monotonic(), self.failures + 1
             raise
 
-    def _check(self) -> None:
-        """Drop what a newer osdmap or MDS map may have changed."""
-        if time.monotonic() - self._checked < EPOCH_EVERY:
+    def _collect(self) -> None:
+        if self._job is None or not self._job[1].done():
             return
-        osd, mds = self._ask([{"prefix": "osd stat", "format": "json"},
-                              {"prefix": "mds stat", "format": "json"}])
+        kind, pending, context = self._job
+        self._job = None
+        try:
+            answers = pending.result()
+            if kind == "check":
+                self._got_check(answers)
+            elif kind == "pools":
+                self._got_pools(answers)
+            else:
+                self._got_map(answers, context)  # type: ignore[arg-type]
+        except (CephError, ValueError, KeyError, TypeError):  # JSONDecodeError is a ValueError
+            self._failed, self.failures = time.monotonic(), self.failures + 1
+
+    def _drop_job(self) -> None:
+        job, self._job = getattr(self, "_job", None), None
+        if job is not None:
+            job[1].proc.kill()
+            job[1].done(wait=5)
+            with contextlib.suppress(CephError):
+                job[1].result()
+
+    def _due(self) -> None:
+        """Look at the osdmap and MDS map epochs when it is time."""
+        if time.monotonic() - self._checked >= EPOCH_EVERY:
+            self._start("check", [{"prefix": "osd stat", "format": "json"},
+                                  {"prefix": "mds stat", "format": "json"}])
+
+    def _got_check(self, answers: list[tuple[int, str, str]]) -> None:
+        """Drop what a newer osdmap or MDS map may have changed."""
+        osd, mds = answers
         self._checked = time.monotonic()
         if osd[0] == 0:
             epoch = json.loads(osd[1])["epoch"]
@@ -123,17 +165,21 @@ class CephResolver(Resolver):
 
     # Data ops.
     def _osd(self, path: str, offset: int) -> str:
-        self._check()
+        self._due()
         ino, layout, size = self._file(path)
-        pool_id, pool, pg_num, hashing = self._pool(layout.pool)
+        pool = self._pools.get(layout.pool)
+        if pool is None:
+            self._start("pools", [{"prefix": "osd dump", "format": "json"}])
+            return UNKNOWN
+        pool_id, pool_name, pg_num, hashing = pool
         self._by_object = self._by_object or hashing != HASH_RJENKINS
         names = [object_name(ino, n) for n in object_numbers(layout, offset, BLOCK_SIZE)]
         keys = [self._key(pool_id, pg_num, n, layout) for n in names]
         if any(k not in self._primary for k in keys):
-            self._map(ino, layout, size, (pool_id, pool, pg_num), names)
-            keys = [self._key(pool_id, pg_num, n, layout) for n in names]
-        primaries = {self._primary.get(k, -1) for k in keys}
-        if not primaries or min(primaries) < 0:
+            self._map(ino, layout, size, (pool_id, pool_name, pg_num), names)
+            return UNKNOWN
+        primaries = {self._primary[k] for k in keys}
+        if min(primaries) < 0:
             return UNKNOWN
         return "+".join(f"osd.{p}" for p in sorted(primaries))
 
@@ -149,20 +195,18 @@ class CephResolver(Resolver):
             self._files[path] = (st.st_ino, layout, st.st_size)
         return self._files[path]
 
-    def _pool(self, pool: str) -> tuple[int, str, int, int]:
-        if pool not in self._pools:
-            (ret, out, status), = self._ask([{"prefix": "osd dump", "format": "json"}])
-            if ret != 0:
-                raise CephError(f"osd dump: {status or ret}")
-            dump = json.loads(out)
-            for p in dump["pools"]:
-                found = (int(p["pool"]), p["pool_name"], int(p["pg_num"]),
-                         int(p.get("object_hash", HASH_RJENKINS)))
-                self._pools[p["pool_name"]] = self._pools[str(p["pool"])] = found
-            if self._osd_epoch != dump.get("epoch"):
-                self._primary.clear()
-                self._osd_epoch = dump.get("epoch")
-        return self._pools[pool]
+    def _got_pools(self, answers: list[tuple[int, str, str]]) -> None:
+        (ret, out, status), = answers
+        if ret != 0:
+            raise CephError(f"osd dump: {status or ret}")
+        dump = json.loads(out)
+        for p in dump["pools"]:
+            found = (int(p["pool"]), p["pool_name"], int(p["pg_num"]),
+                     int(p.get("object_hash", HASH_RJENKINS)))
+            self._pools[p["pool_name"]] = self._pools[str(p["pool"])] = found
+        if self._osd_epoch != dump.get("epoch"):
+            self._primary.clear()
+            self._osd_epoch = dump.get("epoch")
 
     def _map(self, ino: int, layout: FileLayout, size: int, pool: tuple[int, str, int],
              names: list[str]) -> None:
@@ -185,7 +229,9 @@ class CephResolver(Resolver):
             if layout.pool_namespace:
                 command["nspace"] = layout.pool_namespace
             commands.append(command)
-        answers = self._ask(commands)
+        self._start("map", commands, list(todo))
+
+    def _got_map(self, answers: list[tuple[int, str, str]], todo: list[str]) -> None:
         epochs = set()
         for key, (ret, out, _status) in zip(todo, answers):
             if ret != 0:
@@ -204,7 +250,7 @@ class CephResolver(Resolver):
 
     # Metadata ops.
     def _mds(self, path: str) -> str:
-        self._check()
+        self._due()
         if self._max_mds is None:
             return UNKNOWN
         if self._max_mds == 1:

@@ -18,8 +18,11 @@ import os
 import shlex
 import shutil
 import subprocess
+import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 HELPER = Path(__file__).with_name("ceph_mon.py")
 TIMEOUT = 5.0  # seconds for the monitors' connection and each command
@@ -41,25 +44,71 @@ class CephClient:
     keyring: str = ""
     fs: str = ""
 
-    def ask(self, commands: list[dict], timeout: float = TIMEOUT) -> list[tuple[int, str, str]]:
-        """The monitors' answers to ``commands``, in order: (ret, output, status)."""
-        if not commands:
-            return []
-        python = interpreter()
-        argv = [python, str(HELPER), self.conf, self.name, self.keyring, str(int(timeout))]
-        stdin = "".join(json.dumps(c) + "\n" for c in commands)
+    def start(self, commands: list[dict], timeout: float = TIMEOUT) -> Pending:
+        """Ask ``commands`` in a helper process and return at once; the answers come with
+        ``Pending.result`` (its input and output in unlinked files, so no pipe fills)."""
+        argv = [interpreter(), str(HELPER), self.conf, self.name, self.keyring,
+                str(int(timeout))]
+        # the files outlive this call: Pending.result closes them
+        stdin, out, err = (tempfile.TemporaryFile("w+") for _ in range(3))  # noqa: SIM115
+        stdin.write("".join(json.dumps(c) + "\n" for c in commands))
+        stdin.seek(0)
         try:
-            done = subprocess.run(argv, input=stdin, capture_output=True, text=True,
-                                  timeout=timeout * 2 + len(commands) * 0.05,
-                                  env=os.environ.copy())
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            raise CephError(f"the monitors did not answer: {exc}") from None
-        if done.returncode != 0:
-            last = (done.stderr.strip().splitlines() or ["no message"])[-1]
-            raise CephError(f"the monitors did not answer (exit {done.returncode}): {last}")
-        answers = [tuple(json.loads(line)) for line in done.stdout.splitlines() if line]
-        if len(answers) != len(commands):
-            raise CephError(f"{len(answers)} answers to {len(commands)} commands")
+            proc = subprocess.Popen(argv, stdin=stdin, stdout=out, stderr=err, text=True,
+                                    env=os.environ.copy())
+        except OSError as exc:
+            for f in (stdin, out, err):
+                f.close()
+            raise CephError(f"cannot ask the monitors: {exc}") from None
+        stdin.close()
+        return Pending(proc, out, err, len(commands), time.monotonic(),
+                       timeout * 2 + len(commands) * 0.05)
+
+    def ask(self, commands: list[dict], timeout: float = TIMEOUT) -> list[tuple[int, str, str]]:
+        """The monitors' answers to ``commands``, waiting for them."""
+        pending = self.start(commands, timeout)
+        pending.done(wait=pending.limit)
+        return pending.result()
+
+
+@dataclass
+class Pending:
+    """A helper process at work: ``done`` says whether it ended (killing it past ``limit``
+    seconds), ``result`` gives its answers in order: (ret, output, status)."""
+
+    proc: subprocess.Popen
+    out: IO[str]
+    err: IO[str]
+    count: int
+    started: float
+    limit: float
+
+    def done(self, wait: float = 0.0) -> bool:
+        try:
+            self.proc.wait(timeout=wait)
+        except subprocess.TimeoutExpired:
+            if time.monotonic() - self.started < self.limit:
+                return False
+            self.proc.kill()  # a monitor that never answers: SIGKILL ends librados at once
+            self.proc.wait()
+        return True
+
+    def result(self) -> list[tuple[int, str, str]]:
+        """The answers; CephError when the helper failed or was killed."""
+        try:
+            self.out.seek(0)
+            self.err.seek(0)
+            lines, errors = self.out.read().splitlines(), self.err.read()
+        finally:
+            self.out.close()
+            self.err.close()
+        if self.proc.returncode != 0:
+            last = (errors.strip().splitlines() or ["no message"])[-1]
+            raise CephError(f"the monitors did not answer (exit {self.proc.returncode}): "
+                            f"{last}")
+        answers = [tuple(json.loads(line)) for line in lines if line]
+        if len(answers) != self.count:
+            raise CephError(f"{len(answers)} answers to {self.count} commands")
         return answers  # type: ignore[return-value]
 
 
@@ -145,6 +194,8 @@ def client_of(target: Path) -> CephClient:
     if mount is None:
         raise CephError(f"{target}: no mount holds it")
     point, fstype, source, options = mount
+    if fstype != "ceph" and not fstype.startswith("fuse.ceph"):
+        raise CephError(f"{target}: not on a CephFS mount ({fstype} at {point})")
     found: dict[str, str] = {}
     if fstype.startswith("fuse.ceph"):
         argv = _fuse_argv(point)
@@ -171,4 +222,5 @@ def client_of(target: Path) -> CephClient:
     return CephClient(found.get("conf", ""), name, found.get("keyring", ""), found.get("fs", ""))
 
 
-__all__ = ["CephClient", "CephError", "client_of", "from_argv", "interpreter", "mount_of"]
+__all__ = ["CephClient", "CephError", "Pending", "client_of", "from_argv", "interpreter",
+           "mount_of"]

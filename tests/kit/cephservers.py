@@ -14,6 +14,8 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from slowdown.analysis.store.server_records import UNKNOWN
+from slowdown.probe.servers.ceph import CephResolver
 from tests.kit.testbed.cephbed import CephTestbed
 
 POOL = "cephfs_data"
@@ -106,3 +108,16 @@ def as_nobody(call: Callable[[], str]) -> str:
         out = f.read()
     os.waitpid(pid, 0)
     return out
+
+
+def settled(resolver: CephResolver, op: str, path: str, offset: int | None,
+            timeout: float = 30.0) -> str:
+    """What the resolver names once its questions to the monitors are answered (it never
+    waits for them itself: ``unknown`` until then); ``unknown`` if still so at ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        got = resolver.server(op, path, offset)
+        if got != UNKNOWN or time.monotonic() > deadline:
+            return got
+        if resolver.wait(1.0):
+            time.sleep(0.05)  # nothing in flight: a back-off, or the next step to start

@@ -24,7 +24,7 @@ import pytest
 from slowdown.analysis.store.server_records import UNKNOWN
 from slowdown.probe.servers import ceph
 from slowdown.probe.servers.ceph_placement import object_name
-from tests.kit.cephservers import admin_map, fuse_mount, wait_subtree, write_file
+from tests.kit.cephservers import admin_map, fuse_mount, settled, wait_subtree, write_file
 from tests.kit.testbed.cephbed import CephTestbed
 
 pytestmark = [pytest.mark.root, pytest.mark.timeout(900)]
@@ -45,7 +45,7 @@ def test_osd_out_and_pinned_ranks(root_only, monkeypatch):
         write_file(path, 64)
         resolver = ceph.CephResolver(mount)
         cpu0, t0 = children_cpu(), time.monotonic()
-        named = [resolver.server("data-read", str(path), m * MiB) for m in range(64)]
+        named = [settled(resolver, "data-read", str(path), m * MiB) for m in range(64)]
         cost = (children_cpu() - cpu0, time.monotonic() - t0, resolver.asked)
         ino = os.stat(path).st_ino
         obj = object_name(ino, 0)
@@ -57,9 +57,12 @@ def test_osd_out_and_pinned_ranks(root_only, monkeypatch):
         while admin_map(bed, obj)["acting_primary"] == before["acting_primary"]:
             assert time.monotonic() < deadline, "the PG kept its primary"
             time.sleep(1)
-        time.sleep(1.5)
         after = admin_map(bed, obj)
-        moved = resolver.server("data-read", str(path), 0)
+        t1, moved = time.monotonic(), named[0]
+        while moved != f"osd.{after['acting_primary']}" and time.monotonic() - t1 < 30:
+            moved = resolver.server("data-read", str(path), 0)  # old, unknown, then new
+            resolver.wait(0.2)
+        followed = time.monotonic() - t1
 
         bed.server.ceph("fs", "set", "cephfs", "max_mds", "2")
         bed.server.wait_mds(active=2, standby=0, timeout=120)
@@ -69,15 +72,17 @@ def test_osd_out_and_pinned_ranks(root_only, monkeypatch):
         waited = wait_subtree(bed, 1, "/pinned")
         (mount / "pinned" / "sub" / "file-1").write_bytes(b"x")
         resolver.refresh()
-        ranks = {d: resolver.server("md-stat", str(mount / d / "file-1"), None)
-                 for d in ("pinned", "pinned/sub", "free")}
+        ranks = {d: settled(resolver, "md-stat", str(mount / d / "file-1"), None)
+                 for d in ("pinned", "pinned/sub")}
+        ranks["free"] = resolver.server("md-stat", str(mount / "free" / "file-1"), None)
         cache = json.loads(subprocess.run(
             ["ceph", "--admin-daemon", str(bed.ledger.base / "run" / "fuse-probe.asok"),
              "dump_cache"], capture_output=True, text=True, check=True, timeout=60).stdout)
         held = {e.get("path"): e.get("auth_cap") for e in cache["cache"] if "auth_cap" in e}
     print(f"\n64 MiB mapped: {cost[0]:.2f} s CPU in the resolver's {cost[2]} monitor "
           f"questions, {cost[1]:.2f} s; primary {before['acting_primary']} -> "
-          f"{after['acting_primary']} (epoch {before['epoch']} -> {after['epoch']}); "
+          f"{after['acting_primary']} (epoch {before['epoch']} -> {after['epoch']}), followed in "
+          f"{followed:.1f} s; "
           f"pin moved in {waited:.0f} s; ranks {ranks}; testbed {bed.times}")
     assert moved == f"osd.{after['acting_primary']}"
     assert ranks == {"pinned": "mds.1", "pinned/sub": "mds.1", "free": UNKNOWN}
