@@ -6,8 +6,8 @@ Data: the file's ``ceph.file.layout`` and inode give the object of an offset
 each answer); the PG's acting primary (reads and writes go to it) is asked once, with
 ``osd map`` for one object of each PG the file touches, all in one batch when the file is
 first seen. The map is dropped on ``refresh`` and when the osdmap epoch changes (asked at
-most every ``EPOCH_EVERY`` seconds, with the MDS map's). Metadata: with one active rank,
-``mds.0``; with several, the rank an export pin (``ceph.dir.pin``) on the directory or an
+most every ``EPOCH_EVERY`` seconds, with the MDS map's). Metadata: with one rank, ``mds.0``;
+with several, the rank an export pin (``ceph.dir.pin``) on the directory or an
 ancestor within the mount names; otherwise ``unknown`` (the balancer moves unpinned trees).
 
 The monitors are never waited for: a lookup that needs them starts one question in a helper
@@ -64,6 +64,7 @@ class CephResolver(Resolver):
         self._files: dict[str, tuple[int, FileLayout, int]] = {}
         self._pools: dict[str, tuple[int, str, int, int]] = {}  # id, name, pg_num, hash
         self._primary: dict[str, int] = {}  # PG (or object, if the hash is not Ceph's) -> OSD
+        self._mapped: set[str] = set()  # files whose every PG was asked for in this map
         self._by_object = False
         self._osd_epoch: int | None = None
         self._mds_epoch: int | None = None
@@ -141,7 +142,7 @@ class CephResolver(Resolver):
         if osd[0] == 0:
             epoch = json.loads(osd[1])["epoch"]
             if epoch != self._osd_epoch:
-                self._primary.clear()
+                self._forget_map()
                 self._pools.clear()
                 self._osd_epoch = epoch
         if mds[0] == 0:
@@ -176,12 +177,16 @@ class CephResolver(Resolver):
         names = [object_name(ino, n) for n in object_numbers(layout, offset, BLOCK_SIZE)]
         keys = [self._key(pool_id, pg_num, n, layout) for n in names]
         if any(k not in self._primary for k in keys):
-            self._map(ino, layout, size, (pool_id, pool_name, pg_num), names)
+            self._map(path, (ino, layout, size), (pool_id, pool_name, pg_num), names)
             return UNKNOWN
         primaries = {self._primary[k] for k in keys}
         if min(primaries) < 0:
             return UNKNOWN
         return "+".join(f"osd.{p}" for p in sorted(primaries))
+
+    def _forget_map(self) -> None:
+        self._primary.clear()
+        self._mapped.clear()
 
     def _key(self, pool_id: int, pg_num: int, name: str, layout: FileLayout) -> str:
         if self._by_object:
@@ -205,16 +210,21 @@ class CephResolver(Resolver):
                      int(p.get("object_hash", HASH_RJENKINS)))
             self._pools[p["pool_name"]] = self._pools[str(p["pool"])] = found
         if self._osd_epoch != dump.get("epoch"):
-            self._primary.clear()
+            self._forget_map()
             self._osd_epoch = dump.get("epoch")
 
-    def _map(self, ino: int, layout: FileLayout, size: int, pool: tuple[int, str, int],
+    def _map(self, path: str, file: tuple[int, FileLayout, int], pool: tuple[int, str, int],
              names: list[str]) -> None:
-        """One batch: ``osd map`` for one object of each PG of the file not known yet (or,
-        when PGs cannot be computed, for ``names`` only)."""
+        """One batch: ``osd map`` for one object of each PG of the file not known yet, the
+        first time (its objects hashed once per map); ``names`` only after that, or when
+        PGs cannot be computed."""
+        if self._job is not None or time.monotonic() - self._failed < BACKOFF:
+            return  # a question in flight, or a back-off: nothing to hash now
+        ino, layout, size = file
         pool_id, pool_name, pg_num = pool
         wanted: dict[str, str] = {}  # key -> an object in it
-        if not self._by_object and size > 0:
+        if not self._by_object and size > 0 and path not in self._mapped:
+            self._mapped.add(path)
             last = object_number(layout, size - 1)
             count = min(MAX_OBJECTS, (last // layout.stripe_count + 1) * layout.stripe_count)
             for number in range(count):
@@ -242,7 +252,7 @@ class CephResolver(Resolver):
             epochs.add(got["epoch"])
             if not self._by_object and got["pgid"] != key:
                 self._by_object = True  # not the hash Ceph uses: ask per object from now on
-                self._primary.clear()
+                self._forget_map()
                 return
             self._primary[key] = int(got["acting_primary"])
         if epochs and self._osd_epoch is not None and min(epochs) != self._osd_epoch:
