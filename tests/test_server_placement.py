@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import stat
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -14,7 +15,7 @@ import pytest
 from slowdown.analysis.store.server_records import UNKNOWN
 from slowdown.probe.servers import Unknown, for_mount
 from slowdown.probe.servers.ceph import CephResolver
-from slowdown.probe.servers.ceph_client import from_argv, mount_of
+from slowdown.probe.servers.ceph_client import CephClient, CephError, from_argv, mount_of
 from slowdown.probe.servers.ceph_placement import (
     FileLayout,
     object_name,
@@ -193,3 +194,16 @@ print("lmv_stripe_count: 0 lmv_stripe_offset: 0" if out is None
     r.refresh()
     r.server("data-read", "/l/data.bin", 0)
     assert runs.read_text().count("getstripe /l/data.bin") == 2
+
+
+def test_ceph_questions_start_at_once_and_a_failure_is_said(tmp_path) -> None:
+    """The real helper under the ``ceph`` command's Python, with a configuration that names
+    no cluster: starting it costs milliseconds, its failure arrives as CephError."""
+    client = CephClient(str(tmp_path / "missing.conf"), "client.probe")
+    t0 = time.monotonic()
+    pending = client.start([{"prefix": "osd stat", "format": "json"}])
+    started = time.monotonic() - t0
+    assert started < 0.5
+    assert pending.done(wait=30)
+    with pytest.raises(CephError, match="did not answer"):
+        pending.result()
