@@ -22,7 +22,7 @@ from typing import ClassVar
 from slowdown.analysis.store.server_records import UNKNOWN
 
 # The modules of this release's resolvers.
-BUILTIN: tuple[str, ...] = ()
+BUILTIN: tuple[str, ...] = ("slowdown.probe.servers.ceph", "slowdown.probe.servers.lustre")
 
 REFRESH_EVERY = 3600.0  # seconds: a cached layout or map is asked again at most this often
 
