@@ -49,8 +49,8 @@ def servers(ctx, dbs, targets, hosts, ops, at, since, as_json):
     if len(read.without) == len(files):
         raise click.ClickException(f"{_names(files)}: {NONE_KEPT}")
     if read.without:
-        click.echo(f"note: {len(read.without)} of {len(files)} files hold {NONE_KEPT[3:]}: "
-                   f"{_names(read.without)}", err=True)
+        click.echo(f"note: {len(read.without)} of {len(files)} files hold no per-server "
+                   f"records: {_names(read.without)}", err=True)
     if not read.latencies:
         first, last = read.extent
         raise click.ClickException(
