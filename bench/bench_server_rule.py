@@ -9,9 +9,10 @@ servers uniformly at random (``--probes``: the mean per server and ten, several 
 False accusations: ``slow`` words per 100 server-judgments, over ``--tens`` tens per seed,
 ``--seeds`` seeds; the median and max over the seeds.
 
-Power: one server ``FACTOR`` times slower, the probes it got in a ten; for each count, the
-share of ``--trials`` tens in which it is named ``slow``; the fewest probes naming it in
-95 % of them.
+Power: one server exactly 10 (2) times slower than the filesystem's median, among 20 others
+(each with its own median, ``--spread``) that got 3,000 probes in all; for each count of its
+probes, the share of ``--trials`` tens in which it is named ``slow``; the fewest probes naming
+it in 95 % of them.
 
     python -m bench.bench_server_rule                 # the figures of docs/BENCHMARKS.md
     python -m bench.bench_server_rule --quick         # a few seconds
@@ -54,9 +55,8 @@ def named_share(factor: float, probes: int, others: int, trials: int, seed: int,
     rng = np.random.default_rng(seed)
     named = 0
     for _ in range(trials):
-        mine = Histogram()
-        mine.record_many(rng.lognormal(np.log(0.004 * factor) + rng.normal(0, spread), sigma,
-                                       probes))
+        mine = Histogram()  # exactly ``factor`` times the filesystem's median
+        mine.record_many(rng.lognormal(np.log(0.004 * factor), sigma, probes))
         rest = Histogram()
         medians = 0.004 * rng.lognormal(0.0, spread, 20)
         rest.record_many(rng.lognormal(np.log(medians[rng.integers(0, 20, others)]), sigma))
@@ -100,13 +100,18 @@ def main() -> None:
                     for seed in range(args.seeds)]
             rates = [100 * s / j for s, _, j in runs]
             few = [100 * f / j for _, f, j in runs]
-            row = {"servers": servers, "probes": per, "judgments": sum(j for *_, j in runs),
+            judged = sum(j for *_, j in runs)
+            row = {"servers": servers, "probes": per, "judgments": judged,
+                   # none in n: below 3/n at 95 % (the rule of three), per 100
+                   "bound_per_100": 100 * 3 / judged if not any(s for s, *_ in runs) else None,
                    "slow_per_100": statistics.median(rates), "slow_per_100_max": max(rates),
                    "few_per_100": statistics.median(few)}
             out["quiet"].append(row)
             print(f"  {servers:4d} servers, {per:4d} probes/server/ten: "
                   f"{row['slow_per_100']:.4f} (max {row['slow_per_100_max']:.4f}) slow, "
-                  f"{row['few_per_100']:.1f} few, of {row['judgments']} judgments")
+                  f"{row['few_per_100']:.1f} few, of {judged} judgments"
+                  + (f" (none: below {row['bound_per_100']:.4f} at 95 %)"
+                     if row["bound_per_100"] is not None else ""))
     counts = [5, 10, 15, 20, 30, 40, 60, 80, 120, 160, 240, 320, 480, 640]
     for factor in (10.0, 2.0):
         need, shares = probes_needed(factor, counts, 3000, args.trials, 1000, args.sigma,

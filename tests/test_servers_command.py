@@ -155,7 +155,7 @@ def test_op_filter_and_the_real_command(fleet):
     done = subprocess.run(["slowdown", "servers", "--db", str(fleet / "*.db"), "--op", "md-*",
                            "--at", AT_SLOW], capture_output=True, text=True, env=env,
                           timeout=60)
-    assert done.returncode == 1 and 'no op "md-*"' in done.stderr or \
+    assert (done.returncode == 1 and 'no op "md-*"' in done.stderr) or \
         "no per-server records of the chosen" in done.stderr
     done = subprocess.run(["slowdown", "servers", "--db", str(fleet / "*.db"), "--json",
                            "--op", "data-read", "--at", AT_SLOW], capture_output=True,
