@@ -3,6 +3,12 @@ as long as the minutes they came from."""
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import numpy as np
 
 from slowdown.analysis.histogram import Histogram
@@ -106,3 +112,38 @@ def test_rollup_removes_per_server_records_with_the_minutes(tmp_path):
         store.rollup(T0 + 3600 + 1800)  # minutes before T0 + 1 h become hours
         left = [r[0] for r in store.conn.execute("SELECT start FROM server_tens ORDER BY 1")]
     assert left == [T0 + 3600, T0 + 4200]
+
+
+def test_the_benchmarks_run_in_their_quick_forms(tmp_path):
+    """bench_server_rule --quick: no server accused on quiet data, a 10x one named from 15
+    probes; bench_servers_read on a small fleet prints its size and times."""
+    root = Path(__file__).resolve().parents[1]
+    done = subprocess.run([sys.executable, "-m", "bench.bench_server_rule", "--quick", "--json"],
+                          cwd=root, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout.splitlines()[-1])
+    assert all(row["below_factor_per_100"] == 0 for row in out["quiet"])
+    assert out["power"][0] == {**out["power"][0], "factor": 10.0, "probes_for_95": 15}
+    env = {**os.environ, "PATH": os.path.dirname(sys.executable) + os.pathsep +
+           os.environ.get("PATH", "")}
+    done = subprocess.run([sys.executable, "-m", "bench.bench_servers_read", "--dir",
+                           str(tmp_path), "--nodes", "2", "--rounds", "1", "--tens", "2",
+                           "--servers", "8"], cwd=root, capture_output=True, text=True,
+                          timeout=300, env=env)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("size: ") and "read: 2 nodes x 8 servers" in done.stdout
+
+
+def test_a_slow_server_is_left_out_of_the_others_pool():
+    """One of four bricks 12x slower: the healthy ones compare with each other (a pooled
+    median raised by it would make them read 0.5x), and a second slow one still stands out."""
+    servers = {f"b{i}": lognormal(0.004, 450, 30 + i, 0.2) for i in range(4)}
+    servers["b3"] = lognormal(0.048, 450, 40, 0.2)
+    judged = server_rule.judge(servers)
+    assert [n for n, j in judged.items() if j.word == "slow"] == ["b3"]
+    assert all(0.9 < judged[f"b{i}"].against_others < 1.1 for i in range(3))
+    servers["b2"] = lognormal(0.0072, 450, 41, 0.2)  # 1.8x: behind b3 in a first pass
+    assert server_rule.judge_one(servers["b2"], Histogram.merged(
+        [servers["b0"], servers["b1"], servers["b3"]])).word == "ok"
+    judged = server_rule.judge(servers)
+    assert sorted(n for n, j in judged.items() if j.word == "slow") == ["b2", "b3"]
