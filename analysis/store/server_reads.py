@@ -3,9 +3,9 @@ merged exactly over the hosts of one file and over many files.
 
 A fleet's nodes probe each server a few times a minute apiece; only the sum says anything of
 one server, so the hosts merge into one histogram per (target, op, server), bucket counts
-added (exact in any order). Each file is one query grouped by series (SQLite's ``hist_sum``
-merges a series' tens), so what a file costs is its series, not its rows in Python. Many
-files are split between processes (``forking.run_all``), as the cluster's windows are.
+added (exact in any order). Each file is one query; its blobs are merged in Python once per
+(target, op, server) and handed back as bucket counts. Many files are split between
+processes (``forking.run_all``), as the cluster's windows are.
 Files of schema < 9 hold none (``server_records.holds``) and add nothing.
 """
 
@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from slowdown.analysis.histogram import codec
+from slowdown.analysis.histogram.buckets import BucketCounts
 from slowdown.analysis.histogram.histogram import Histogram
 from slowdown.analysis.store import server_records
 from slowdown.analysis.store.selection import Selection
@@ -51,30 +52,44 @@ class ServerRead:
 
 
 _QUERY = """
-    SELECT s.host, s.target, s.op, s.server, sum(t.count), sum(t.errors), hist_sum(t.hist)
+    SELECT s.host, s.target, s.op, s.server, t.errors, t.hist
     FROM server_tens t JOIN server_series s ON s.id = t.series
-    WHERE {where} GROUP BY t.series
+    WHERE {where}
 """
 
+Part = tuple  # (scale, zero count, {index: count}, errors, hosts) of one (target, op, server)
 
-def _read_file(store: Store, selection: Selection) -> tuple[list[tuple], bool, tuple | None]:
-    """One file's rows ``(host, target, op, server, count, errors, blob)``, whether it holds
-    any per-server record, and the extent of its tens."""
+
+def _read_file(store: Store, selection: Selection) -> tuple[dict[Key, Part], bool,
+                                                              tuple | None]:
+    """One file's latencies per (target, op, server), whether it holds any per-server record,
+    and the extent of its tens. Its rows' blobs are merged here, once per key (SQLite's
+    ``hist_sum`` would encode each series' merge again: most of the time of a long range)."""
     if not server_records.holds(store.version):
-        return [], False, None
+        return {}, False, None
     where, params = selection.where("t", server_records.TEN)
     try:
         conn = store.conn
         first, last = conn.execute("SELECT min(start), max(start) FROM server_tens").fetchone()
         if first is None:
-            return [], False, None
-        rows = conn.execute(_QUERY.format(where=where), params).fetchall()
+            return {}, False, None
+        found: dict[Key, tuple[list[bytes], int, set[str]]] = {}
+        for host, target, op, server, errors, blob in conn.execute(
+                _QUERY.format(where=where), params):
+            blobs, errs, hosts = found.get((target, op, server), ([], 0, set()))
+            blobs.append(blob)
+            hosts.add(host)
+            found[(target, op, server)] = (blobs, errs + errors, hosts)
     except sqlite3.DatabaseError as exc:
         raise StoreError(f"{store.path}: {exc}") from None
-    return rows, True, (first, last)
+    parts = {}
+    for key, (blobs, errors, hosts) in found.items():
+        h = codec.merge_blobs(blobs)
+        parts[key] = (h.scale, h.zero_count, h.buckets.counts, errors, hosts)
+    return parts, True, (first, last)
 
 
-def _read_part(part: tuple[Sequence[Store], Selection]) -> list[tuple[list, bool, tuple | None]]:
+def _read_part(part: tuple[Sequence[Store], Selection]) -> list[tuple[dict, bool, tuple | None]]:
     stores, selection = part
     return [_read_file(store, selection) for store in stores]
 
@@ -89,23 +104,28 @@ def read(stores: Sequence[Store], selection: Selection) -> ServerRead:
     parts = [(stores[i::chunks], selection) for i in range(chunks)]
     results = forking.run_all(parts, _read_part) if chunks > 1 else [_read_part(parts[0])]
     order = [store for i in range(chunks) for store in stores[i::chunks]]
-    found: dict[Key, tuple[list[bytes], int, set[str]]] = {}
+    latencies: dict[Key, ServerLatencies] = {}
     without: list[str] = []
     firsts, lasts = [], []
-    for store, (rows, holds, extent) in zip(order, (r for part in results for r in part)):
+    for store, (found, holds, extent) in zip(order, (r for part in results for r in part)):
         if not holds:
             without.append(str(store.path))
             continue
         firsts.append(extent[0])
         lasts.append(extent[1])
-        for host, target, op, server, _count, errors, blob in rows:
-            blobs, errs, hosts = found.get((target, op, server), ([], 0, set()))
-            blobs.append(blob)
-            hosts.add(host)
-            found[(target, op, server)] = (blobs, errs + errors, hosts)
-    latencies = {key: ServerLatencies(*key, codec.merge_blobs(blobs), errs, hosts)
-                 for key, (blobs, errs, hosts) in sorted(found.items())}
-    return ServerRead(latencies, sorted(without),
+        for key, (scale, zero, counts, errors, hosts) in found.items():
+            h = Histogram(scale)
+            h.buckets = BucketCounts(counts)
+            h.zero_count = zero
+            h.count = zero + h.buckets.total()
+            mine = latencies.get(key)
+            if mine is None:
+                latencies[key] = ServerLatencies(*key, h, errors, set(hosts))
+                continue
+            mine.histogram.merge(h)
+            mine.errors += errors
+            mine.hosts |= hosts
+    return ServerRead(dict(sorted(latencies.items())), sorted(without),
                       (min(firsts), max(lasts)) if firsts else None)
 
 
