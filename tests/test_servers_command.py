@@ -173,3 +173,22 @@ def test_a_histogram_of_one_value_per_bucket_is_judged_by_its_edges():
     mine = Histogram()
     mine.record_many([0.0151] * 40)  # 1.51x: the bucket edges may make it 1.45x, not named
     assert server_rule.judge_one(mine, others).word == "ok"
+
+
+def test_slowdown_v_over_the_fleet_names_the_slow_brick(fleet):
+    code, out, _ = run("--db", str(fleet / "*.db"), "-v", "--at", AT_SLOW)
+    assert code == 0
+    (line,) = [x for x in out.splitlines() if x.startswith("slow servers")]
+    assert line.startswith("slow servers work (medians over the last 10m, whole ten minutes): "
+                           f"{SLOW} ") and ", the others " in line
+
+
+def test_unknown_is_shown_but_never_named(tmp_path):
+    """The ops whose server the filesystem did not tell are a server of their own in the
+    table, judged like the others, but a verdict never names "unknown"."""
+    names = ["unknown", *serverkit.server_names(3)]
+    serverkit.write_fleet(tmp_path, 2, 4, T0, 1, slow={"unknown": 12.0}, names=names, seed=5)
+    rows = as_json("servers", "--db", str(tmp_path / "*.db"), "--at", "2026-11-01T00:10:00Z")
+    assert {r["server"]: r["word"] for r in rows}["unknown"] == "slow"
+    code, out, _ = run("--db", str(tmp_path / "*.db"), "-v", "--at", "2026-11-01T00:10:00Z")
+    assert code == 0 and "slow servers" not in out
