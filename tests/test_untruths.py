@@ -178,11 +178,11 @@ def test_the_advice_to_migrate_is_for_an_older_slowdown_database_only(tmp_path):
 # -- names that no file holds -----------------------------------------------------------------
 
 READS = [(), ("stats",), ("history",), ("report", "-o", "{tmp}/r.html"), ("check",),
-         ("watch", "--count", "1"), ("trends",)]
+         ("watch", "--count", "1"), ("trends",), ("servers",)]
 
 
 @pytest.mark.parametrize("command", READS, ids=["slowdown", "stats", "history", "report",
-                                                 "check", "watch", "trends"])
+                                                 "check", "watch", "trends", "servers"])
 @pytest.mark.parametrize(("option", "given", "said"), [
     ("--target", "nosuch", 'no target "nosuch" in {db}; its targets: home, work'),
     ("--target", "x*", 'no target matching "x*" in {db}; its targets: home, work'),

@@ -37,6 +37,7 @@ SUBCOMMANDS = {
     "rebaseline": "rebaseline:rebaseline_command",
     "trends": "trends:trends",
     "motd": "motd_command:motd",
+    "servers": "servers:servers",
 }
 
 

@@ -27,7 +27,7 @@ from slowdown.analysis.cli.read_setup import (
     parse_statistic_option,
 )
 from slowdown.analysis.stats.slowdown import TargetSlowdown, accurate_window, target_slowdowns
-from slowdown.analysis.stats.verdict import Verdict
+from slowdown.analysis.stats.verdict import FILESYSTEM, Verdict
 from slowdown.analysis.store.records import minute_of
 from slowdown.analysis.units import format_clock, format_duration, format_latency
 from slowdown.analysis.view.reader import Reader
@@ -66,7 +66,25 @@ def uptime(ctx: click.Context, dbs, targets, hosts, ops, at, statistic: str | No
                                live_stuck=reader.live_stuck(),
                                confidence=0.95 if verbose or as_json else None,
                                prepared=reader.prepared)
-    show_uptime(reader, results, stat, verbose, as_json, states=states, verdicts=verdicts)
+    servers = servers_named(reader, book, target_ops, verdicts, verbose)
+    show_uptime(reader, results, stat, verbose, as_json, states=states, verdicts=verdicts,
+                servers=servers)
+
+
+def servers_named(reader: Reader, book, target_ops: dict[str, list[str]],
+                  verdicts: dict[str, Verdict], verbose: bool) -> dict[str, str]:
+    """The slow servers per target, read only for ``-v`` or a verdict of ``filesystem`` (the
+    plain line pays nothing for them); a ``filesystem`` verdict names them in its text."""
+    filesystem = [t for t, v in verdicts.items() if v.word == FILESYSTEM]
+    if not verbose and not filesystem:
+        return {}
+    from slowdown.analysis.stats.server_naming import slow_servers
+
+    named = slow_servers(reader.stores, book, list(target_ops) if verbose else filesystem,
+                         reader.hosts, reader.now)
+    for target in filesystem:
+        verdicts[target].servers = named.get(target)
+    return named
 
 
 def verdicts_of(reader: Reader, target_ops: dict[str, list[str]]) -> dict[str, Verdict]:
@@ -100,9 +118,11 @@ def verdict_host(reader: Reader) -> str:
 def show_uptime(reader: Reader, results: dict[str, list[TargetSlowdown]], stat: str,
                 verbose: bool, as_json: bool, accuracy: float | None = None,
                 states: dict[str, TargetState] | None = None,
-                verdicts: dict[str, Verdict] | None = None) -> None:
+                verdicts: dict[str, Verdict] | None = None,
+                servers: dict[str, str] | None = None) -> None:
     """One line per target: its numbers (with what is known of the service behind them), or
-    that its service is collecting the first minute."""
+    that its service is collecting the first minute; with ``verbose``, the table behind them,
+    the verdicts and the slow servers (``servers``: per target, the note naming them)."""
     states = states or {}
     verdicts = verdicts or {}
     names = sorted({*results, *(t for t, ts in states.items() if ts.state in NOT_YET)})
@@ -195,6 +215,11 @@ def show_uptime(reader: Reader, results: dict[str, list[TargetSlowdown]], stat: 
         for target, v in sorted(verdicts.items()):
             click.echo(f"verdict {target} ({v.host}, {v.statistic} over "
                        f"{format_duration(v.window)}): {v.text()}")
+        if servers:
+            from slowdown.analysis.stats.server_naming import SPAN
+        for target, note in sorted((servers or {}).items()):
+            click.echo(f"slow servers {target} (medians over the last "
+                       f"{format_duration(SPAN)}, whole ten minutes): {note}")
 
 
 def _failed(o, errors: list[str]) -> str:

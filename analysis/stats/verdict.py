@@ -111,6 +111,9 @@ class Verdict:
     slow_hosts: list[str] = field(default_factory=list)
     context: dict[str, float] = field(default_factory=dict)  # this node's load1, cpu, memory
     source_error: str | None = None  # why the source did not answer, in full
+    # The slow servers the per-server records name ("h2:/b3 12x, the others 1.1x"; None:
+    # not read, or none named): server_naming.py
+    servers: str | None = None
 
     @property
     def peer_threshold(self) -> float:
@@ -138,7 +141,8 @@ class Verdict:
 
     def text(self) -> str:
         """The word, why, and the numbers: one line."""
-        return f"{self.word}: {self.reason}; {self.numbers()}"
+        named = f"{self.servers}; " if self.servers else ""
+        return f"{self.word}: {named}{self.reason}; {self.numbers()}"
 
     def json(self) -> dict[str, Any]:
         return {
@@ -151,6 +155,7 @@ class Verdict:
             "skipped_peers": self.skipped, "slow_hosts": self.slow_hosts,
             "stale_hosts": self.stale_hosts, "node": self.context,
             "source_error": self.source_error,
+            **({"servers": self.servers} if self.servers else {}),
         }
 
 

@@ -331,6 +331,9 @@ class Store:
                     "WHERE start >= ? AND start < ?", (first - first % HOUR, cutoff))
             self.conn.execute("DELETE FROM minutes WHERE start < ?", (cutoff,))
             self.conn.execute(f"DELETE FROM {ten_minute_records.TABLE} WHERE start < ?", (cutoff,))
+            # Per-server records go with the minutes they came from (no hourly form: the
+            # question they answer, which server is slow, is asked of the recent past).
+            self.conn.execute("DELETE FROM server_tens WHERE start < ?", (cutoff,))
             self.conn.execute("COMMIT")
         except BaseException:
             self._rollback()
