@@ -135,7 +135,7 @@ def host_boxes(target: str, long: dict) -> bytes:
     from matplotlib.figure import Figure
 
     ops = long["ops"]
-    fig = Figure(figsize=(8, 0.6 + 1.6 * len(ops)), layout="constrained")
+    fig = Figure(figsize=(8, max(3.0, 0.6 + 1.6 * len(ops))), layout="constrained")
     axes = fig.subplots(len(ops), 1, squeeze=False)[:, 0]
     for k, (ax, o) in enumerate(zip(axes, ops)):
         hosts = o["hosts"]
