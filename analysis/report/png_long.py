@@ -14,6 +14,8 @@ from slowdown.analysis.units import format_duration
 
 STAT_COLORS = {"median": "#1f77b4", "q95": "#ff7f0e", "q99": "#d62728", "max": "#7f7f7f"}
 BELOW = "#2ca02c"
+RATIO_TICKS = (0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 0.7, 1, 1.4, 2, 3, 5, 10, 20, 50, 100,
+               1000)
 
 
 def _when(t: float) -> dt.datetime:
@@ -40,7 +42,10 @@ def _latency(ax) -> None:
 def _ratio_axis(ax, values) -> None:
     finite = [v for v in values if v is not None and v > 0]
     lo, hi = (min(finite), max(finite)) if finite else (1.0, 1.0)
+    from matplotlib.ticker import FixedLocator
+
     _log_axis(ax, lambda v: f"{v:g}")
+    ax.yaxis.set_major_locator(FixedLocator(RATIO_TICKS))
     ax.set_ylim(min(0.5, lo * 0.8), max(2.0, hi * 1.25))
     ax.axhspan(1e-9, 1.0, color=BELOW, alpha=0.08, lw=0)
     ax.axhline(1.0, color="#1d232a", lw=0.8, ls="--")
@@ -90,9 +95,9 @@ def rhythm(target: str, long: dict) -> bytes:
     found = [o for o in d["ops"] if o["cycles"]]
     said = "; no cycle found"
     if found:
-        said = f"; cycles of {found[0]['op']}: " + ", ".join(
+        said = f"; {found[0]['op']}: " + ", ".join(
             f"{c['kind']} {c['factor']:.2f}x ({c['explained']:.0%} of the variation)"
-            for c in found[0]["cycles"]) + (f"; {len(found) - 1} more op(s)"
+            for c in found[0]["cycles"]) + (f"; +{len(found) - 1} op(s)"
                                              if len(found) > 1 else "")
     fig.suptitle(f"{target}: the week's rhythm{said}", x=0.01, ha="left", fontsize=9)
     return _save(fig)
