@@ -51,10 +51,11 @@ def fleet_dir(directory: Path, hosts: int, days: int) -> tuple[Path, trendkit.Fl
 
 
 def once(kind: tuple[str, str], where: Path, kit: trendkit.Fleet, days: int,
-         out: Path) -> tuple[float, int]:
-    """Wall seconds and peak RSS (KiB) of one run."""
+         out: Path) -> tuple[float, float, int]:
+    """Wall and CPU seconds (user and system, forked children included) and peak RSS (KiB)
+    of one run."""
     command, flag = kind
-    argv = ["/usr/bin/time", "-f", "%M", sys.executable, "-m", "slowdown.analysis.cli",
+    argv = ["/usr/bin/time", "-f", "%M %U %S", sys.executable, "-m", "slowdown.analysis.cli",
             command, "--db", str(where / "*.db"), "--at", f"@{kit.end}", "--since",
             f"{days}d", flag]
     if command == "report":
@@ -64,7 +65,8 @@ def once(kind: tuple[str, str], where: Path, kit: trendkit.Fleet, days: int,
     took = time.perf_counter() - began
     if done.returncode:
         raise SystemExit(f"{' '.join(argv)} failed: {done.stderr[-2000:]}")
-    return took, int(done.stderr.strip().splitlines()[-1])
+    rss, user, system = done.stderr.strip().splitlines()[-1].split()
+    return took, float(user) + float(system), int(rss)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -75,23 +77,31 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--dir", type=Path, default=Path("/var/tmp/slowdown-longview"))
     args = parser.parse_args(argv)
     where, kit = fleet_dir(args.dir, args.hosts, args.days)
-    results: dict[str, list[tuple[float, int]]] = {k: [] for k in KINDS}
+    results: dict[str, list[tuple[float, float, int]]] = {k: [] for k in KINDS}
     for r in range(args.runs):
         for name, kind in KINDS.items():
-            results[name].append(once(kind, where, kit, args.days,
-                                      args.dir / f"report-{args.hosts}h.html"))
-            print(f"round {r + 1}: {name}: {results[name][-1][0]:.1f} s, "
-                  f"{results[name][-1][1] / 1024:.0f} MiB", flush=True)
+            got = once(kind, where, kit, args.days, args.dir / f"report-{args.hosts}h.html")
+            results[name].append(got)
+            print(f"round {r + 1}: {name}: {got[0]:.1f} s wall, {got[1]:.1f} s CPU, "
+                  f"{got[2] / 1024:.0f} MiB", flush=True)
     print(f"machine: Python {platform.python_version()}, {platform.machine()}, "
           f"{os.cpu_count()} CPUs, load {os.getloadavg()[0]:.2f}")
     print(f"| {args.hosts} hosts x {args.days} days | wall, median (min..max) | "
-          "peak RSS, median (min..max) |")
-    print("| --- | --- | --- |")
-    for name, got in results.items():
-        walls, rss = [g[0] for g in got], [g[1] / 1024 for g in got]
-        print(f"| {name} | {statistics.median(walls):.1f} s ({min(walls):.1f}..{max(walls):.1f})"
-              f" | {statistics.median(rss):.0f} MiB ({min(rss):.0f}..{max(rss):.0f}) |")
+          "CPU, median (min..max) | peak RSS, median (min..max) |")
+    print("| --- | --- | --- | --- |")
 
+    def cell(values: list[float], unit: str, form: str = ".1f") -> str:
+        return (f"{statistics.median(values):{form}} {unit} ({min(values):{form}}.."
+                f"{max(values):{form}})")
+
+    for name, got in results.items():
+        print(f"| {name} | {cell([g[0] for g in got], 's')} | {cell([g[1] for g in got], 's')}"
+              f" | {cell([g[2] / 1024 for g in got], 'MiB', '.0f')} |")
+    with_, without = (results[k] for k in list(KINDS)[1::-1])
+    print(f"| with / without long figures, per round | "
+          f"{cell([a[0] / b[0] for a, b in zip(with_, without)], 'x', '.2f')} | "
+          f"{cell([a[1] / b[1] for a, b in zip(with_, without)], 'x', '.2f')} | "
+          f"{cell([a[2] / b[2] for a, b in zip(with_, without)], 'x', '.2f')} |")
 
 if __name__ == "__main__":
     main()

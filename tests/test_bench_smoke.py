@@ -191,11 +191,14 @@ def test_bench_report_long_small_fleet_prints_its_table(tmp_path):
     )
     assert done.returncode == 0, done.stderr
     rows = [line for line in done.stdout.splitlines() if line.startswith("| ")]
-    assert rows[0].startswith("| 1 hosts x 15 days |") and len(rows) == 5, rows
+    assert rows[0].startswith("| 1 hosts x 15 days |") and len(rows) == 6, rows
+    seconds = r"[\d.]+ s \([\d.]+\.\.[\d.]+\)"
     for name, row in zip(("report without long figures", "report with long figures",
                           "trends --json"), rows[2:]):
-        assert re.fullmatch(rf"\| {re.escape(name)} \| [\d.]+ s \([\d.]+\.\.[\d.]+\) \| "
+        assert re.fullmatch(rf"\| {re.escape(name)} \| {seconds} \| {seconds} \| "
                             r"\d+ MiB \(\d+\.\.\d+\) \|", row), row
+    assert re.fullmatch(r"\| with / without long figures, per round( \| [\d.]+ x "
+                        r"\([\d.]+\.\.[\d.]+\)){3} \|", rows[5]), rows[5]
     page = (tmp_path / "report-1h.html").read_text()
     assert '<figure class="long"' in page
 
