@@ -359,7 +359,8 @@ def collect(reader, start: int, end: int, statistics: Sequence[str], windows: Se
                     grid, w_cells, ratio, window_step, w_runs, target, ops)
     if long_step:
         long_stat = next((s for s in statistics if quantile_of(s) is not None), "median")
-        by_host = longview.host_cells(stores, selection, long_step, long_stat)
+        by_host = longview.host_values(stores, selection, long_step, long_stat, processes=(
+            forking.processes() if len(stores) >= SPLIT_FROM else 1))
 
         def expected(c: series.Cells, stat: str, step: int) -> np.ndarray:
             return series.expected_values(book, c, stat, first, end, step)

@@ -84,23 +84,40 @@ def _exact(name: str) -> str:
     return "".join(f"[{c}]" if c in "*?[" else c for c in name)
 
 
-def host_cells(stores: Sequence[Store], selection: Selection, step: int, statistic: str) \
-        -> dict[str, series.Cells]:
-    """Each host's own cells of ``statistic`` at ``step``: a (file, host) at a time."""
+def host_values(stores: Sequence[Store], selection: Selection, step: int, statistic: str,
+                processes: int = 1) -> dict[str, dict[tuple[str, str], np.ndarray]]:
+    """Each host's own values of ``statistic`` at ``step``, per (target, op): a (host, its
+    files) at a time, the hosts split between ``processes`` (``store.forking``)."""
+    from slowdown.analysis.store import forking
+
     where: dict[str, list[int]] = {}
     for f in sorted({(f[3], f[2]) for f in series.selected_series(stores, selection)}):
         where.setdefault(f[0], []).append(f[1])
-    out = {}
-    for host, files in where.items():
-        mine = Selection((_exact(host),), selection.targets, selection.ops, selection.start,
-                         selection.end, selection.pairs)
-        out[host] = history_by_file.histories([stores[i] for i in files], mine, [step],
+    hosts = sorted(where)
+    n = max(1, min(processes, len(hosts)))
+    groups = [hosts[len(hosts) * i // n:len(hosts) * (i + 1) // n] for i in range(n)]
+
+    def of(group: list[str]) -> dict:
+        from slowdown.analysis.report.data import statistic_values
+
+        out = {}
+        for host in group:
+            mine = Selection((_exact(host),), selection.targets, selection.ops,
+                             selection.start, selection.end, selection.pairs)
+            cells = history_by_file.histories([stores[i] for i in where[host]], mine, [step],
                                               [statistic], moments=False)[0]
-    return out
+            values = statistic_values(cells, statistic)
+            out[host] = {pair: values[part] for pair, part in series.runs(cells).items()}
+        return out
+
+    found: dict = {}
+    for part in forking.run_all([g for g in groups if g], of):
+        found.update(part)
+    return found
 
 
 def figures(target: str, ops: Sequence[str], step: int, statistic: str, at_step: dict,
-            by_host: dict[str, series.Cells], expected, start: int, end: int) -> dict:
+            by_host: dict[str, dict], expected, start: int, end: int) -> dict:
     """The long figures of one target (see the module docstring); ``at_step``: the merged
     cells at ``step`` and ``TREND_STEP``; ``expected(cells, statistic, step)``: the expected
     value of each cell."""
@@ -114,7 +131,6 @@ def figures(target: str, ops: Sequence[str], step: int, statistic: str, at_step:
         ratio = statistic_values(cells, statistic) / expected(cells, statistic, step)
         hour_ratio = statistic_values(hourly, statistic) / expected(hourly, statistic,
                                                                     TREND_STEP)
-    host_runs = {h: series.runs(c) for h, c in by_host.items()}
     out_ops = []
     for op in ops:
         part = runs.get((target, op))
@@ -127,9 +143,8 @@ def figures(target: str, ops: Sequence[str], step: int, statistic: str, at_step:
             "boxes": {s: box(v) for s, v in stats.items()},
             "slowdown": floats(_dense(grid, starts, ratio[part])),
             "below": _runs_below(starts, ratio[part], step),
-            "hosts": [{"host": h, "box": box(statistic_values(c, statistic)[r[(target, op)]])}
-                      for h, c in sorted(by_host.items())
-                      for r in [host_runs[h]] if (target, op) in r]}
+            "hosts": [{"host": h, "box": box(v[(target, op)])}
+                      for h, v in sorted(by_host.items()) if (target, op) in v]}
         hp = hour_runs.get((target, op))
         item.update(_rhythm(hourly, hour_ratio, hp))
         result = None if hp is None else analyse(hourly.start[hp],
@@ -166,4 +181,4 @@ def _rhythm(hourly: series.Cells, ratio: np.ndarray, part: slice | None) -> dict
 
 
 __all__ = ["BELOW", "LONG_FROM", "LONG_STATS", "LONG_STEP", "TREND_STEP", "box", "figures",
-           "host_cells", "is_on"]
+           "host_values", "is_on"]
