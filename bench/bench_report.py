@@ -125,11 +125,12 @@ def utc_now() -> str:
 
 
 def generate(db: Path, end: int, days: int, out: Path, config: Path,
-             path: Path | None = None) -> tuple[float, int]:
+             path: Path | None = None, extra: tuple[str, ...] = ()) -> tuple[float, int]:
     """Wall seconds and peak RSS (KiB) of one ``slowdown report`` process (importing the
     package from ``path`` first, if given)."""
     argv = ["/usr/bin/time", "-f", "%M", sys.executable, "-m", "slowdown.analysis.cli",
-            "report", "--db", str(db), "--at", f"@{end}", "--since", f"{days}d", "-o", str(out)]
+            "report", "--db", str(db), "--at", f"@{end}", "--since", f"{days}d", "-o", str(out),
+            *extra]
     env = {**os.environ, "SLOWDOWN_CONFIG": str(config)}
     if path is not None:
         env["PYTHONPATH"] = str(path)
@@ -171,8 +172,12 @@ def render(browser, path: Path) -> tuple[float, int, list]:
         began = time.perf_counter()
         page.goto(path.as_uri())
         page.wait_for_selector("body[data-rendered]", timeout=120_000)
+        long = page.locator("figure.long").count()  # the long-period figures' own script
+        if long:
+            page.wait_for_selector("body[data-long-rendered]", timeout=120_000)
         took = time.perf_counter() - began
-        own = int(page.evaluate("document.body.dataset.rendered"))
+        own = int(page.evaluate("document.body.dataset." + ("longRendered" if long else
+                                                             "rendered")))
     finally:
         page.close()
     return took, own, logged
@@ -184,6 +189,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=None)
     parser.add_argument("--quick", action="store_true", help="2 days, 3 runs")
     parser.add_argument("--rebuild", action="store_true")
+    parser.add_argument("--no-long", action="store_true",
+                        help="the report without its long-period figures (on from 14 days)")
     parser.add_argument("--against", type=Path, metavar="TREE",
                         help="also time the generation by this source tree, interleaved")
     args = parser.parse_args(argv)
@@ -202,7 +209,8 @@ def main(argv: list[str] | None = None) -> int:
     other = None if args.against is None else importable(args.against, args.dir)
     generated, theirs = [], []
     for _ in range(rounds):  # interleaved, so that both see the same machine
-        generated.append(generate(db, info["end"], days, out, config))
+        generated.append(generate(db, info["end"], days, out, config,
+                                  extra=("--no-long",) if args.no_long else ()))
         if other is not None:
             theirs.append(generate(db, info["end"], days, args.dir / "against.html", config,
                                    other))

@@ -186,6 +186,29 @@ def write_fleet(directory: Path, fleet: Fleet) -> list[Path]:
     return paths
 
 
+def maintain_baselines(paths: Iterable[Path], fleet: Fleet) -> int:
+    """The baselines the service would have made in each file over the fleet's days
+    (``baseline.maintain``, UTC months): the initial one after the first day, then one at
+    each month's start from the month before. Returns how many were made."""
+    import datetime as dt
+
+    from slowdown.analysis.stats import baseline
+
+    moments = [fleet.start + DAY]
+    month = baseline.month_start(fleet.start + DAY, dt.timezone.utc)
+    while True:
+        month = baseline.month_start(month + 32 * DAY, dt.timezone.utc)
+        if month >= fleet.end:
+            break
+        moments.append(month)
+    made = 0
+    for path in paths:
+        with Store(path) as store:
+            for now in moments:
+                made += len(baseline.maintain(store, now, DAY, zone=dt.timezone.utc))
+    return made
+
+
 def planted_changes(fleet: Fleet) -> list[tuple[str, str, int, float]]:
     """(target, op, moment, factor) of every shift that stays."""
     return [(t.name, op, int(fleet.start + day * DAY), factor) for t in fleet.targets

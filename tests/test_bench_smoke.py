@@ -182,6 +182,27 @@ def test_bench_trends_small_fleet_prints_its_scores(tmp_path):
     assert "false changes 0: 0.00 per 100 host-days" in done.stdout
 
 
+def test_bench_report_long_small_fleet_prints_its_table(tmp_path):
+    """One host of 15 days (long figures on from 14), one round of each command."""
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.bench_report_long", "--hosts", "1", "--days", "15",
+         "--runs", "1", "--dir", str(tmp_path)],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    rows = [line for line in done.stdout.splitlines() if line.startswith("| ")]
+    assert rows[0].startswith("| 1 hosts x 15 days |") and len(rows) == 6, rows
+    seconds = r"[\d.]+ s \([\d.]+\.\.[\d.]+\)"
+    for name, row in zip(("report without long figures", "report with long figures",
+                          "trends --json"), rows[2:]):
+        assert re.fullmatch(rf"\| {re.escape(name)} \| {seconds} \| {seconds} \| "
+                            r"\d+ MiB \(\d+\.\.\d+\) \|", row), row
+    assert re.fullmatch(r"\| with / without long figures, per round( \| [\d.]+ x "
+                        r"\([\d.]+\.\.[\d.]+\)){3} \|", rows[5]), rows[5]
+    page = (tmp_path / "report-1h.html").read_text()
+    assert '<figure class="long"' in page
+
+
 def test_bench_startup_one_round_prints_its_ratios():
     """One round of the start-up benchmark: the three commands, each with its ratio (the
     benchmark itself checks that the line and the notice were printed)."""

@@ -77,6 +77,8 @@ class Loaded:
         started = time.perf_counter()
         self.page.goto(path.as_uri())
         self.page.wait_for_selector("body[data-rendered]", timeout=60_000)
+        if self.page.locator("figure.long").count():  # the long-period figures' own script
+            self.page.wait_for_selector("body[data-long-rendered]", timeout=60_000)
         self.wall = time.perf_counter() - started
         self.rendered_ms = int(self.page.evaluate("document.body.dataset.rendered"))
 
@@ -337,6 +339,8 @@ def test_thirty_days_render_within_three_seconds_and_ten_megabytes(browser, tmp_
         assert page.console == [] and page.requests == [out.as_uri()]
         heat = {f["op"]: f for f in page.figures() if f["kind"] == "heatmap"}
         assert all(int(f["total"]) == days * 1440 * 60 for f in heat.values())
+        # 30 days: the long-period figures too (4 of the target, one timeline per op).
+        assert page.page.locator("figure.long[data-drawn='1']").count() == 4 + len(OPS)
         assert page.wall < 3.0, page.wall
     finally:
         page.page.close()

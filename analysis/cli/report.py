@@ -44,11 +44,17 @@ def write_all(files: list[tuple[Path, bytes, str]]) -> None:
               help="Windows of the slowdown timeline (default: the configuration's).")
 @click.option("--png", "png_dir", default=None, metavar="DIR",
               help="Also write every figure as a PNG image into DIR (needs matplotlib).")
+@click.option("--long/--no-long", "long_figures", default=None,
+              help="The long-period figures (timelines of 4-hour statistics, boxes per op and "
+                   "host, slowdown over the range, the week's rhythm, change points); default: "
+                   "on for ranges of 14 days or more.")
+@click.option("--long-step", default="4h", show_default=True, metavar="DURATION",
+              help="The step of the long-period figures' statistics.")
 @click.option("--title", default="slowdown report", show_default=True, help="Page title.")
 @provision_options
 @click.pass_context
 def report(ctx, dbs, targets, hosts, ops, at, since, until, output, statistics, windows,
-           png_dir, title, provision, confidence, trials, seed):
+           png_dir, long_figures, long_step, title, provision, confidence, trials, seed):
     """One self-contained HTML file per range: slowdown timeline with node context and
     events, latency percentiles, heat maps and "X or better" curves per op."""
     reader = cli.open_reader(ctx, dbs, targets, hosts, ops, at)
@@ -61,6 +67,13 @@ def report(ctx, dbs, targets, hosts, ops, at, since, until, output, statistics, 
             raise click.BadParameter(f"must be whole minutes; got {text!r}", param_hint="--window")
         spans.append(span)
     spans = spans or list(reader.config.windows)
+    from slowdown.analysis.report.longview import is_on
+
+    step = cli.parse_duration_option(long_step, "--long-step")
+    if step < MINUTE or step % MINUTE:
+        raise click.BadParameter(f"must be whole minutes; got {long_step!r}",
+                                 param_hint="--long-step")
+    step = int(step) if is_on(end - start, long_figures) else None
     goal, level = parse_provision_options(provision, confidence)
     out = Path(output).expanduser()
     if out.is_dir():
@@ -86,7 +99,7 @@ def report(ctx, dbs, targets, hosts, ops, at, since, until, output, statistics, 
     from slowdown.analysis.report.page import render
 
     planned = Provisioning(goal, level, trials, seed) if goal is not None else None
-    doc = collect(reader, start, end, stats, spans, planned)
+    doc = collect(reader, start, end, stats, spans, planned, step)
     doc["verdicts"] = _verdict_lines(reader, end)
     files = [(out, render(doc, title).encode(), "-o/--output")]
     if png_path is not None:
@@ -95,6 +108,7 @@ def report(ctx, dbs, targets, hosts, ops, at, since, until, output, statistics, 
         files += [(png_path / name, data, "--png") for name, data in png.figures(doc)]
     write_all(files)
     figures = sum(1 + 3 * sum(1 for f in t["op_figures"] if f.get("percentiles"))
+                  + (4 + len(t["long"]["ops"]) if t.get("long", {}).get("ops") else 0)
                   for t in doc["targets"])
     click.echo(f"report: {len(doc['targets'])} target(s), {figures} figures, "
                f"{files[0][0].stat().st_size / 1e6:.1f} MB -> {out}"

@@ -37,6 +37,7 @@ import numpy as np
 
 from slowdown.analysis.histogram import codec
 from slowdown.analysis.histogram.mapping import MIN_SCALE
+from slowdown.analysis.report import longview
 from slowdown.analysis.report import provision as prov
 from slowdown.analysis.stats import history_by_file, series
 from slowdown.analysis.stats.window import quantile_of
@@ -318,8 +319,9 @@ class Provisioning:
 
 
 def collect(reader, start: int, end: int, statistics: Sequence[str], windows: Sequence[float],
-            provisioning: Provisioning | None = None) -> dict:
-    """The whole report's data: plain JSON-able values."""
+            provisioning: Provisioning | None = None, long_step: int | None = None) -> dict:
+    """The whole report's data: plain JSON-able values; with ``long_step``, each target's
+    long-period figures at that step too (``longview``)."""
     stores = reader.stores
     selection = Selection(reader.hosts, reader.targets, reader.ops, start, end)
     grid = Grid(start, end, pick_step(end - start, _has_hours(stores, selection)))
@@ -327,7 +329,8 @@ def collect(reader, start: int, end: int, statistics: Sequence[str], windows: Se
     book = reader.book()
     wanted = [s for s in dict.fromkeys([*PERCENTILES, *statistics]) if quantile_of(s) is not None]
     steps = {w: max(MINUTE, int(w) // MINUTE * MINUTE) for w in windows}
-    needed = list(dict.fromkeys([grid.step, *steps.values()]))
+    longs = (longview.TREND_STEP, long_step) if long_step else ()
+    needed = list(dict.fromkeys([grid.step, *steps.values(), *longs]))
     if len(stores) > 1:  # a cluster: each file read once for every figure (stats.history_by_file)
         extras = history_by_file.Extras(grid.t0, grid.step, grid.columns)
         at_step = dict(zip(needed, history_by_file.histories(
@@ -354,6 +357,13 @@ def collect(reader, start: int, end: int, statistics: Sequence[str], windows: Se
             for target, ops in target_ops.items():
                 slowdowns[(window, stat, target)] = _slowdown_series(
                     grid, w_cells, ratio, window_step, w_runs, target, ops)
+    if long_step:
+        long_stat = next((s for s in statistics if quantile_of(s) is not None), "median")
+        by_host = longview.host_values(stores, selection, long_step, long_stat, processes=(
+            forking.processes() if len(stores) >= SPLIT_FROM else 1))
+
+        def expected(c: series.Cells, stat: str, step: int) -> np.ndarray:
+            return series.expected_values(book, c, stat, first, end, step)
     targets = []
     for target, ops in target_ops.items():
         hosts = sorted({h for h, t, _ in reader.series if t == target and (
@@ -397,6 +407,9 @@ def collect(reader, start: int, end: int, statistics: Sequence[str], windows: Se
                         "provisional": not any(b.target == target for rows in book.books
                                                for b in rows),
                         "timeline": timeline, "provision": planned, "op_figures": op_figures})
+        if long_step:
+            targets[-1]["long"] = longview.figures(target, ops, long_step, long_stat, at_step,
+                                                   by_host, expected, start, end)
     merged = reader.merged(start, end)
     return {
         "from": start, "to": end, "step": grid.step, "now": reader.now,

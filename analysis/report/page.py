@@ -17,6 +17,7 @@ import json
 from html import escape
 from importlib.resources import files
 
+from slowdown.analysis.report import longpage
 from slowdown.analysis.units import format_duration, format_latency
 
 
@@ -143,7 +144,7 @@ def _target_section(t: dict, doc: dict) -> str:
             f"<b>{escape(xob['unit'])} or better</b>: per-minute throughput (1 / mean "
             "latency) reached or beaten in a fraction of the minutes",
             xob, attrs, extra=_x_or_better_table(xob)))
-    parts.append("</div></section>")
+    parts.append("</div>" + (longpage.section(t) if "long" in t else "") + "</section>")
     return "\n".join(parts)
 
 
@@ -158,6 +159,7 @@ def render(doc: dict, title: str = "slowdown report") -> str:
     merged += "".join(f'\n<p class="meta verdict">{escape(line)}</p>'
                       for line in doc.get("verdicts", ()))
     span = f"{_time(doc['from'])} .. {_time(doc['to'])}"
+    long = any("long" in t for t in targets)
     body = "\n".join(_target_section(t, doc) for t in targets) if targets else \
         '<section><p class="note">No data for the chosen targets, hosts and ops.</p></section>'
     return f"""<!DOCTYPE html>
@@ -169,7 +171,7 @@ def render(doc: dict, title: str = "slowdown report") -> str:
 <link rel="icon" href="data:,">
 <title>{escape(title)}: {escape(span)}</title>
 <style>
-{STYLE}</style>
+{STYLE}{longpage.STYLE if long else ""}</style>
 </head>
 <body>
 <header>
@@ -184,7 +186,7 @@ def render(doc: dict, title: str = "slowdown report") -> str:
 <footer>Made by slowdown report at {_time(doc['now'])}. Move the pointer over a chart to read
 its values. Times are UTC.</footer>
 <script>
-{SCRIPT}</script>
+{SCRIPT}</script>{longpage.script() if long else ""}
 </body>
 </html>
 """

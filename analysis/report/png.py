@@ -202,6 +202,10 @@ def figures(doc: dict) -> Iterator[tuple[str, bytes]]:
             yield f"{stem}-percentiles.png", percentiles(name, f["op"], f["percentiles"])
             yield f"{stem}-heatmap.png", heatmap(name, f["op"], f["heatmap"])
             yield f"{stem}-x-or-better.png", x_or_better(name, f["op"], f["x_or_better"])
+        if "long" in t:
+            from slowdown.analysis.report import png_long
+
+            yield from png_long.figures(t)
 
 
 __all__ = ["PngUnavailable", "check", "figures"]
