@@ -6,6 +6,7 @@ with its file and line."""
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import shutil
 import sqlite3
@@ -68,8 +69,9 @@ def test_two_hosts_merge_exactly_as_one_file_of_both(files):
     stores = [Store(p, readonly=True) for p in nodes]
     one = Store(both, readonly=True)
     try:
-        cluster = BaselineBook(stores, "weekly", zone="UTC")
-        single = BaselineBook([one], "weekly", zone="UTC")
+        utc = ("UTC", dt.timezone.utc)
+        cluster = BaselineBook(stores, "weekly", zone=utc)
+        single = BaselineBook([one], "weekly", zone=utc)
         for statistic in ("median", "q99", "mean"):
             for hour in range(0, 7 * 24, 5):
                 for window in (0.0, 600.0, 4 * 3600.0, 86400.0):

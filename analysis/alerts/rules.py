@@ -105,7 +105,7 @@ class Evaluator:
         self.minute = minute_of(now)
         self.live_stuck = dict(live_stuck or {})
         self.book = BaselineBook(self.stores, config.baseline.expected,
-                                 zone=config.baseline.zone)
+                                 zone=config.baseline.weekly())
         self._aggregates: dict[tuple[str, str, float], Aggregate] = {}
         self._verdicts: dict[str, Verdict] | None = None
 

@@ -336,16 +336,17 @@ class BaselineBook:
 
     def __init__(self, stores: Sequence[Store], expected: str = "same",
                  loaded: Sequence[tuple[list[Baseline], dict[PeriodKey, bytes]]] | None = None,
-                 statistics: Sequence[str] | None = None, zone: str = "local") -> None:
+                 statistics: Sequence[str] | None = None,
+                 zone: tuple[str, dt.tzinfo | None] | None = None) -> None:
         """``loaded``: each store's ``load`` and ``load_histograms``, read already;
         ``statistics``: the only ones ``loaded`` holds (asked for another, the book reads
-        every baseline of the files again); ``zone``: ``[baseline] zone`` (weekly only)."""
+        every baseline of the files again); ``zone``: ``[baseline] zone``'s name and zone
+        (``BaselineConfig.weekly``), whose hours of the week a weekly book reads."""
         self.stores = list(stores)
         self.mode = expected
         if expected == "weekly":
-            from slowdown.analysis.config.model import zone_info
             from slowdown.analysis.stats.weekly import Weekly
-            self.weekly = Weekly(self, zone, zone_info(zone))
+            self.weekly = Weekly(self, *(zone or ("local", None)))
         self.only = set(statistics) if loaded and statistics is not None else None
         self._read(loaded)
 

@@ -58,8 +58,8 @@ def upkeep(store, now: float, zone_name: str, zone: dt.tzinfo | None,
             current[(b.target, b.op)] = b
     for (target, op), b in sorted(current.items()):
         key = (target, op, b.data_from, b.data_to)
-        if b.provisional or any(k[:2] == (target, op) for k in keys):
-            continue  # provisional: maintain's own rule; just made: done below
+        if b.provisional:
+            continue  # maintain's own rule replaces it after a day
         if b.data_to - b.data_from >= WEEK:
             if key not in stored:
                 keys.add(key)
