@@ -31,7 +31,7 @@ import dataclasses
 import math
 from collections.abc import Sequence
 
-from slowdown.analysis.histogram import Histogram
+from slowdown.analysis.histogram import Histogram, codec
 from slowdown.analysis.stats.window import estimate
 from slowdown.analysis.store import weekly_histograms as wh
 from slowdown.analysis.store.records import Aggregate, minute_of
@@ -47,14 +47,17 @@ def hour_name(how: int) -> str:
 
 
 class Weekly:
-    """A book's weekly tables: the files' weekly histograms read once, each cluster's hours
-    merged once, each statistic's smoothed values taken once."""
+    """A book's weekly tables: the files' weekly histograms read once; an hour's merge, its
+    statistic and its smoothed value taken once, and only for the hours asked for (a line
+    of ``slowdown`` needs five hours of each op, not 168)."""
 
     def __init__(self, book, zone_name: str, zone) -> None:
         self.book, self.zone_name, self.zone = book, zone_name, zone
-        self._blobs: list[dict] | None = None
-        self._hours: dict[tuple, tuple[list[Histogram | None], str]] = {}
-        self._values: dict[tuple, list[float]] = {}
+        self._rows: list[dict] | None = None
+        self._notes: dict[tuple, str] = {}
+        self._merged: dict[tuple, Histogram] = {}
+        self._raw: dict[tuple, float] = {}
+        self._smoothed: dict[tuple, float] = {}
         self._mixtures: dict[tuple, float] = {}
         self._slots: dict[int, int] = {}
 
@@ -65,52 +68,65 @@ class Weekly:
             how = self._slots[slot] = wh.hour_of_week(slot * SLOT, self.zone)
         return how
 
-    def _found(self, target: str, op: str, statistic: str, at: float):
-        """(file index, baseline) in force at ``at`` on each file."""
+    def _found(self, target: str, op: str, statistic: str, at: float) -> tuple:
+        """((file index, baseline), ...) in force at ``at`` on each file."""
         from slowdown.analysis.stats.baseline import _in_force
 
         wanted = (target, op, statistic)
-        return [(i, b) for i, index in enumerate(self.book._index)
-                if (b := _in_force(index.get(wanted, ()), target, op, statistic, at))
-                is not None]
+        return tuple((i, b) for i, index in enumerate(self.book._index)
+                     if (b := _in_force(index.get(wanted, ()), target, op, statistic, at))
+                     is not None)
 
-    def hours(self, found) -> tuple[list[Histogram | None], str]:
-        """The merged histogram of each hour of the week (None: too few values) and, where
-        the weekly value cannot be taken, why."""
-        target, op = found[0][1].target, found[0][1].op
-        key = (target, op, tuple((i, b.data_from, b.data_to) for i, b in found))
-        if key in self._hours:
-            return self._hours[key]
-        if self._blobs is None:
-            self._blobs = [wh.load(store, self.zone_name) for store in self.book.stores]
-        parts = [self._blobs[i].get((target, op, b.data_from, b.data_to)) for i, b in found]
-        hours: list[Histogram | None] = [None] * wh.HOURS
-        note = ""
-        if any(p is None for p in parts):
-            note = (f"flat: a baseline in force was made without weekly histograms of zone "
-                    f"{self.zone_name} (rebaseline with expected = \"weekly\")")
-        else:
-            for how in range(wh.HOURS):
-                blobs = [p[how] for p in parts if how in p]
-                if blobs:
-                    h = wh.merged(blobs)
-                    hours[how] = h if h.count >= MIN_SAMPLES else None
-            short = sum(h is None for h in hours)
-            if short:
+    @staticmethod
+    def _key(found) -> tuple:
+        return (found[0][1].target, found[0][1].op,
+                tuple((i, b.data_from, b.data_to) for i, b in found))
+
+    def _parts(self, found) -> list:
+        if self._rows is None:
+            self._rows = [wh.load(store, self.zone_name) for store in self.book.stores]
+        return [self._rows[i].get((b.target, b.op, b.data_from, b.data_to)) for i, b in found]
+
+    def note(self, found) -> str:
+        """Why the weekly value cannot be taken ("": it can): a host's baseline in force
+        without its hours of the week, or an hour of the week with too few values (counted
+        from the rows, nothing decoded)."""
+        key = self._key(found)
+        if key not in self._notes:
+            parts = self._parts(found)
+            if any(p is None for p in parts):
+                note = (f"flat: a baseline in force was made without weekly histograms of "
+                        f"zone {self.zone_name} (rebaseline with expected = \"weekly\")")
+            else:
+                short = sum(sum(p[how][0] for p in parts if how in p) < MIN_SAMPLES
+                            for how in range(wh.HOURS))
                 note = (f"flat: less than a week of data ({wh.HOURS - short} of {wh.HOURS} "
-                        f"hours of the week with {MIN_SAMPLES} values)")
-        self._hours[key] = (hours, note)
-        return hours, note
+                        f"hours of the week with {MIN_SAMPLES} values)") if short else ""
+            self._notes[key] = note
+        return self._notes[key]
 
-    def values(self, found, statistic: str) -> list[float]:
-        """The smoothed expected value of each hour of the week."""
-        hours, _ = self.hours(found)
-        key = (found[0][1].target, found[0][1].op, statistic,
-               tuple((i, b.data_from, b.data_to) for i, b in found))
-        if key not in self._values:
-            raw = [estimate(Aggregate(h), statistic).value for h in hours]  # type: ignore
-            self._values[key] = smooth(raw)
-        return self._values[key]
+    def hour(self, found, how: int) -> Histogram:
+        """The hosts' histograms of hour ``how`` merged."""
+        key = (self._key(found), how)
+        if key not in self._merged:
+            blobs = [p[how][1] for p in self._parts(found) if how in p]
+            self._merged[key] = codec.decode(blobs[0]) if len(blobs) == 1 else \
+                wh.merged(blobs)
+        return self._merged[key]
+
+    def _raw_value(self, found, statistic: str, how: int) -> float:
+        key = (self._key(found), statistic, how)
+        if key not in self._raw:
+            self._raw[key] = estimate(Aggregate(self.hour(found, how)), statistic).value
+        return self._raw[key]
+
+    def value(self, found, statistic: str, how: int) -> float:
+        """The smoothed expected value of hour ``how`` (``smooth``'s kernel)."""
+        key = (self._key(found), statistic, how)
+        if key not in self._smoothed:
+            self._smoothed[key] = smoothed(
+                lambda h: self._raw_value(found, statistic, h), how, wh.HOURS)
+        return self._smoothed[key]
 
     def expected(self, flat, target: str, op: str, statistic: str, at: float,
                  window: float = 0.0):
@@ -122,34 +138,36 @@ class Weekly:
         found = self._found(target, op, statistic, at)
         if not found:
             return dataclasses.replace(flat, basis="flat", note="flat")
-        note = self.hours(found)[1]
+        note = self.note(found)
         if note:
             return dataclasses.replace(flat, basis="flat", note=note)
-        value = self.window_value(found, statistic, at, window)
+        value, hours = self.window_value(found, statistic, at, window)
         if value is None or math.isnan(value) or value <= 0:
             return dataclasses.replace(flat, basis="flat", note="flat: no weekly value")
-        return dataclasses.replace(flat, value=value, basis="weekly",
-                                   note=f"weekly: {hour_name(self._how(max(at - 1, 0)))}")
+        names = [hour_name(h) for h in hours]
+        return dataclasses.replace(flat, value=value, basis="weekly", note="weekly: " + (
+            names[0] if len(names) == 1 else f"{names[0]}-{names[-1][4:]}"))
 
-    def window_value(self, found, statistic: str, at: float, window: float) -> float | None:
+    def window_value(self, found, statistic: str, at: float, window: float
+                     ) -> tuple[float | None, list[int]]:
+        """The value and the hours of the week of the window, in time order."""
         if window <= 0:
-            return self.values(found, statistic)[self._how(at)]
+            how = self._how(at)
+            return self.value(found, statistic, how), [how]
         end = minute_of(at)
         weights = self.overlaps(end - window, end)
+        hours = list(weights)
         if window <= 3600:
-            values = self.values(found, statistic)
             total = sum(weights.values())
-            return math.exp(math.fsum(w * math.log(values[how]) for how, w in weights.items())
-                            / total)
-        key = (tuple((i, b.data_from, b.data_to) for i, b in found), found[0][1].target,
-               found[0][1].op, statistic, tuple(sorted(weights.items())))
+            return math.exp(math.fsum(w * math.log(self.value(found, statistic, how))
+                                      for how, w in weights.items()) / total), hours
+        key = (self._key(found), statistic, tuple(sorted(weights.items())))
         if key not in self._mixtures:  # a window recurs every week: each merged once
-            hours, _ = self.hours(found)
             mixture = Histogram()
             for how, w in sorted(weights.items()):
-                mixture.merge(scaled(hours[how], int(w // 60) or 1))  # type: ignore[arg-type]
+                mixture.merge(scaled(self.hour(found, how), int(w // 60) or 1))
             self._mixtures[key] = estimate(Aggregate(mixture), statistic).value
-        return self._mixtures[key]
+        return self._mixtures[key], hours
 
     def periods(self, flat: list[tuple[int, float]], target: str, op: str, statistic: str,
                 first: int, last: int) -> list[tuple[int, float]]:
@@ -160,18 +178,17 @@ class Weekly:
         ends = [b for b, _ in flat[1:]] + [last + 1]
         for (begin, value), end in zip(flat, ends):
             found = self._found(target, op, statistic, begin)
-            values = self.values(found, statistic) if found and not self.hours(found)[1] \
-                else None
+            weekly = bool(found) and not self.note(found)
             t = begin
             while t < end:
-                v = value if values is None else values[self._how(t)]
+                v = self.value(found, statistic, self._how(t)) if weekly else value
                 if not out or not (out[-1][1] == v or (math.isnan(out[-1][1]) and math.isnan(v))):
                     out.append((t, v))
                 t = int((t // SLOT + 1) * SLOT)
         return out or flat
 
     def overlaps(self, start: float, end: float) -> dict[int, float]:
-        """Seconds of ``[start, end)`` in each hour of the week."""
+        """Seconds of ``[start, end)`` in each hour of the week, in time order."""
         weights: dict[int, float] = {}
         t = start
         while t < end:
@@ -182,19 +199,20 @@ class Weekly:
         return weights
 
 
+def smoothed(raw, how: int, n: int) -> float:
+    """``KERNEL``'s weighted geometric mean of hour ``how``'s neighbours, around the week
+    (``raw``: an hour's value; one that is not positive is left out)."""
+    num = den = 0.0
+    for offset, w in KERNEL:
+        v = raw((how + offset) % n)
+        if v and v > 0 and not math.isnan(v):
+            num, den = num + w * math.log(v), den + w
+    return math.exp(num / den) if den else math.nan
+
+
 def smooth(raw: Sequence[float]) -> list[float]:
-    """``KERNEL``'s weighted geometric mean of each hour's neighbours, around the week."""
-    n = len(raw)
-    logs = [math.log(v) if v and v > 0 and not math.isnan(v) else None for v in raw]
-    out = []
-    for how in range(n):
-        num = den = 0.0
-        for offset, w in KERNEL:
-            v = logs[(how + offset) % n]
-            if v is not None:
-                num, den = num + w * v, den + w
-        out.append(math.exp(num / den) if den else math.nan)
-    return out
+    """Every hour's ``smoothed`` value of a week of values."""
+    return [smoothed(raw.__getitem__, how, len(raw)) for how in range(len(raw))]
 
 
 def scaled(h: Histogram, w: int) -> Histogram:

@@ -47,7 +47,7 @@ def upkeep(store, now: float, zone_name: str, zone: dt.tzinfo | None,
 
     if not wh.holds(store):
         return []
-    stored = wh.load(store, zone_name)
+    stored = wh.periods_held(store, zone_name)
     keys = set(histograms)
     grown: list = []
     grown_histograms: dict = {}
@@ -71,7 +71,7 @@ def upkeep(store, now: float, zone_name: str, zone: dt.tzinfo | None,
     if grown:
         save(store, grown, now, grown_histograms)
         keys |= set(grown_histograms)
-    keys -= set(stored)
+    keys -= stored
     if keys:
         save_periods(store, sorted(keys), zone_name, zone)
     return grown

@@ -87,17 +87,26 @@ def save(conn, periods: Mapping[PeriodKey, Mapping[int, Histogram]], zone_name: 
          for key, hours in periods.items() for how, h in sorted(hours.items()) if h.count])
 
 
-def load(store, zone_name: str) -> dict[PeriodKey, dict[int, bytes]]:
-    """Each baseline period's weekly histograms (encoded) of ``zone_name``; none in a file
-    of a schema before 10."""
+def load(store, zone_name: str) -> dict[PeriodKey, dict[int, tuple[int, bytes]]]:
+    """Each baseline period's weekly histograms of ``zone_name``: (samples, encoded) by hour
+    of the week; none in a file of a schema before 10."""
     if not holds(store):
         return {}
-    out: dict[PeriodKey, dict[int, bytes]] = {}
-    for t, o, a, b, how, blob in store.conn.execute(
-            "SELECT target, op, data_from, data_to, hour, hist FROM weekly_histograms"
+    out: dict[PeriodKey, dict[int, tuple[int, bytes]]] = {}
+    for t, o, a, b, how, samples, blob in store.conn.execute(
+            "SELECT target, op, data_from, data_to, hour, samples, hist FROM weekly_histograms"
             " WHERE zone = ?", (zone_name,)):
-        out.setdefault((t, o, a, b), {})[how] = blob
+        out.setdefault((t, o, a, b), {})[how] = (samples, blob)
     return out
+
+
+def periods_held(store, zone_name: str) -> set[PeriodKey]:
+    """The baseline periods that have weekly histograms of ``zone_name`` (none read)."""
+    if not holds(store):
+        return set()
+    return set(store.conn.execute(
+        "SELECT DISTINCT target, op, data_from, data_to FROM weekly_histograms WHERE zone = ?",
+        (zone_name,)))
 
 
 def merged(blobs: list[bytes]) -> Histogram:
