@@ -63,6 +63,23 @@ def config(directory: Path, db: Path, expected: str) -> Path:
     return path
 
 
+def in_process(db: Path, now: float, expected: str, rounds: int) -> list[float]:
+    """Seconds of the work behind ``slowdown``'s line in this process (no start-up): the
+    book made and the three windows of the six ops divided by their expected values."""
+    from slowdown.analysis.stats.baseline import BaselineBook
+    from slowdown.analysis.stats.slowdown import target_slowdowns
+
+    out = []
+    with Store(db, readonly=True) as store:
+        for _ in range(rounds):
+            t0 = time.perf_counter()
+            book = BaselineBook([store], expected, zone=("UTC", dt.timezone.utc))
+            target_slowdowns([store], book, ["work"], {"work": trendkit.OPS},
+                             [60.0, 600.0, 3600.0], "median", now)
+            out.append(time.perf_counter() - t0)
+    return out
+
+
 def timed(argv: list[str]) -> float:
     t0 = time.perf_counter()
     subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
@@ -91,6 +108,7 @@ def main() -> None:
             commands[("slowdown", expected)] = [exe, "--config", cfg]
             commands[("slowdown -v", expected)] = [exe, "--config", cfg, "-v"]
             commands[("slowdown check", expected)] = [exe, "--config", cfg, "check"]
+        inner = {e: in_process(db, now, e, args.rounds * 3) for e in ("same", "weekly")}
         times: dict[tuple[str, str], list[float]] = {k: [] for k in commands}
         for r in range(args.rounds + 2):  # two rounds of warm-up
             keys = list(commands) if r % 2 else list(reversed(list(commands)))
@@ -98,6 +116,10 @@ def main() -> None:
                 t = timed(commands[key])
                 if r >= 2:
                     times[key].append(t)
+    print(f"{'in process':<16} {statistics.median(inner['same']) * 1e3:>9.1f} "
+          f"{statistics.median(inner['weekly']) * 1e3:>10.1f} "
+          f"{statistics.median(inner['weekly']) / statistics.median(inner['same']):>6.2f}"
+          "   (the line's windows and expected values, no start-up)")
     print(f"{'command':<16} {'flat ms':>9} {'weekly ms':>10} {'ratio':>6}   "
           f"(medians of {args.rounds} rounds; min..max)")
     for name in ("slowdown", "slowdown -v", "slowdown check"):
