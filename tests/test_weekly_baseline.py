@@ -137,11 +137,16 @@ def test_before_a_week_the_flat_value_and_why(tmp_path):
 def test_rebaseline_makes_weekly_histograms_only_with_the_setting(tmp_path):
     nodes, _ = kit.write(tmp_path, kit.fleet(days=9, spike=False))
     for path, expected, rows in ((nodes[0], "weekly", 168), (nodes[1], "same", 0)):
-        kit.run("--config", str(kit.config(tmp_path, expected)), "rebaseline", "--reason",
-                "test", "--db", str(path), "--from", f"@{kit.trendkit.START}", "--to",
-                f"@{kit.trendkit.START + 9 * 86400}")
+        said = kit.run("--config", str(kit.config(tmp_path, expected)), "rebaseline",
+                       "--reason", "test", "--db", str(path), "--from",
+                       f"@{kit.trendkit.START}", "--to", f"@{kit.trendkit.START + 9 * 86400}")
+        assert "flat value until a week" not in said
         with sqlite3.connect(path) as conn:
             assert conn.execute("SELECT count(*) FROM weekly_histograms").fetchone() == (rows,)
+    said = kit.run("--config", str(kit.config(tmp_path, "weekly")), "rebaseline", "--reason",
+                   "a day", "--db", str(nodes[0]), "--from", f"@{kit.trendkit.START}", "--to",
+                   f"@{kit.trendkit.START + 86400}")
+    assert "the flat value until a week of data makes a weekly one" in said
 
 
 def test_a_bad_value_is_named_with_its_file_and_line(tmp_path):

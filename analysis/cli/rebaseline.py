@@ -12,6 +12,7 @@ import click
 
 from slowdown.analysis.cli.read_setup import parse_time_option
 from slowdown.analysis.stats.baseline import rebaseline
+from slowdown.analysis.stats.weekly_upkeep import WEEK
 from slowdown.analysis.store import Store, StoreError, expand_paths
 from slowdown.analysis.store.period_histograms import data_lengths
 from slowdown.analysis.units import format_duration
@@ -70,7 +71,10 @@ def rebaseline_command(ctx: click.Context, reason: str, dbs: tuple[str, ...], ta
                    f"{since:%Y-%m-%d %H:%M} UTC, from data "
                    f"{shortest if shortest == longest else f'{shortest} to {longest}'} long"
                    + (f"; provisional for {provisional} of them (from less than {after} of "
-                      f"data) until {after} of data makes another" if provisional else ""))
+                      f"data) until {after} of data makes another" if provisional else "")
+                   + ("; the flat value until a week of data makes a weekly one (each hour "
+                      "of the week needs its own)" if config.baseline.expected == "weekly"
+                      and min(lengths) < WEEK else ""))
     if failed:
         raise click.ClickException(f"{len(failed)} of {len(paths)} databases not rebaselined "
                                    f"(named above); the others were")
