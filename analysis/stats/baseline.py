@@ -15,7 +15,8 @@ baseline in force and a past slowdown is computed against the baseline of its ti
 Each baseline keeps the histogram of its data period (``baseline_histograms``), so the
 expected value of a cluster is the statistic of the exact merge of the baselines in force on
 each of its hosts at that moment: N small rows, never N months of records (docs/FLEET.md says
-how hosts that started or were rebaselined at different moments combine).
+how hosts that started or were rebaselined at different moments combine). With ``[baseline]
+expected = "weekly"`` it keeps each hour of the week's too, and the book asks ``stats/weekly``.
 """
 
 from __future__ import annotations
@@ -343,7 +344,7 @@ class BaselineBook:
         every baseline of the files again); ``zone``: ``[baseline] zone``'s name and zone
         (``BaselineConfig.weekly``), whose hours of the week a weekly book reads."""
         self.stores = list(stores)
-        self.mode = expected
+        self.mode, self.zone = expected, zone
         if expected == "weekly":
             from slowdown.analysis.stats.weekly import Weekly
             self.weekly = Weekly(self, *(zone or ("local", None)))
