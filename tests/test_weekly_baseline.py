@@ -172,3 +172,25 @@ def test_smoothing_weighs_the_same_hour_of_neighbouring_days_over_neighbouring_h
     assert values[2] == pytest.approx(3.0 ** 0.9) and values[3] == pytest.approx(3.0 ** 0.9)
     assert values[1] == pytest.approx(3.0 ** 0.1) and values[12] == pytest.approx(1.0)
     assert smooth([*raw[:167], 5.0])[0] > 1.0  # around the week: Sunday 23h next to Monday 0h
+
+
+def test_a_host_without_its_hours_makes_the_cluster_flat_until_maintenance_adds_them(files,
+                                                                                     tmp_path):
+    """A baseline made while the setting was off has no hours of the week: the cluster reads
+    the flat value and says why; the next maintenance with the setting on adds them from the
+    baseline's period, and the cluster reads as before."""
+    directory, nodes, _ = files
+    copies = [tmp_path / p.name for p in nodes]
+    for p, c in zip(nodes, copies):
+        shutil.copy(p, c)
+    with sqlite3.connect(copies[1]) as conn:
+        conn.execute("DELETE FROM weekly_histograms")
+    weekly = kit.config(directory, "weekly")
+    before = kit.op_of(kit.slowdown_json(weekly, str(directory / "nodes" / "*.db"), AT_NIGHT),
+                       600.0)
+    op = kit.op_of(kit.slowdown_json(weekly, str(tmp_path / "*.db"), AT_NIGHT), 600.0)
+    assert op["expected_basis"] == "flat" and op["slowdown"] > 2.5
+    assert "made without weekly histograms of zone UTC" in op["expected_note"]
+    assert kit.maintain(copies[1:], kit.BASELINE_AT + HOUR) == []  # no new baseline
+    after = kit.op_of(kit.slowdown_json(weekly, str(tmp_path / "*.db"), AT_NIGHT), 600.0)
+    assert after == before
