@@ -108,6 +108,12 @@ def main() -> None:
             commands[("slowdown", expected)] = [exe, "--config", cfg]
             commands[("slowdown -v", expected)] = [exe, "--config", cfg, "-v"]
             commands[("slowdown check", expected)] = [exe, "--config", cfg, "check"]
+        said = json.loads(subprocess.run(commands[("slowdown", "weekly")] + ["--json"],
+                                         capture_output=True, text=True, check=True).stdout)
+        bases = [o.get("expected_basis") for t in said["targets"] for w in t["windows"]
+                 for o in w["ops"]]
+        print(f"the weekly expected value in use: {bases.count('weekly')} of {len(bases)} "
+              "ops and windows")
         inner = {e: in_process(db, now, e, args.rounds * 3) for e in ("same", "weekly")}
         times: dict[tuple[str, str], list[float]] = {k: [] for k in commands}
         for r in range(args.rounds + 2):  # two rounds of warm-up
