@@ -42,6 +42,8 @@ class Effects:
     weekly: float = 1.0  # factor on one day of every week
     weekly_day: int = 6  # that day: 0 Monday .. 6 Sunday
     dip: tuple[float, float, float] | None = None  # (first day, days, factor < 1): caching
+    nightly: tuple[float, float, float] | None = None  # (from hour, to hour, factor) UTC, daily
+    spike: tuple[float, float, float] | None = None  # (days after the start, hours, factor)
 
     def level(self, t: np.ndarray, start: int) -> np.ndarray:
         """The factor at the moments ``t`` (unix seconds)."""
@@ -55,6 +57,13 @@ class Effects:
         if self.dip is not None:
             first, days, factor = self.dip
             inside = (t >= start + first * DAY) & (t < start + (first + days) * DAY)
+            log += np.where(inside, np.log(factor), 0.0)
+        if self.nightly is not None:  # a job on the clock every night: backups
+            lo, hi, factor = self.nightly
+            log += np.where((hour >= lo) & (hour < hi), np.log(factor), 0.0)
+        if self.spike is not None:  # once: a real slowdown
+            first, hours, factor = self.spike
+            inside = (t >= start + first * DAY) & (t < start + first * DAY + hours * HOUR)
             log += np.where(inside, np.log(factor), 0.0)
         return np.exp(log)
 

@@ -212,3 +212,14 @@ def test_bench_startup_one_round_prints_its_ratios():
     rows = {line[:16].strip(): line.split()[-1] for line in done.stdout.splitlines()[2:]}
     assert set(rows) == {"python -c pass", "slowdown", "slowdown motd"}, done.stdout
     assert rows["python -c pass"] == "1.00" and float(rows["slowdown"]) > 1
+
+
+def test_bench_weekly_one_round_prints_both_settings():
+    """Eight days of one op: the weekly expected value in use, each command timed both ways."""
+    done = subprocess.run([sys.executable, "-m", "bench.bench_weekly", "--rounds", "1",
+                           "--days", "8", "--ops", "md-stat"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "the weekly expected value in use: 3 of 3 ops and windows" in done.stdout
+    for name in ("slowdown", "slowdown -v", "slowdown check", "in process"):
+        assert re.search(rf"^{name} +[\d.]+ +[\d.]+ +[\d.]+ ", done.stdout, re.M), done.stdout

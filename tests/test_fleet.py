@@ -72,7 +72,8 @@ def test_migration_6_fills_histograms_from_the_records_that_made_them(tmp_path):
         for table in ("minutes", "hours"):  # and schema 7's column
             conn.execute(f"ALTER TABLE {table} DROP COLUMN stuck_end")
         conn.execute("DROP TABLE tens")  # and schema 8's table
-        conn.executescript("DROP TABLE server_tens; DROP TABLE server_series")  # and 9's
+        conn.executescript("DROP TABLE server_tens; DROP TABLE server_series; "
+                           "DROP TABLE weekly_histograms")  # and 9's and 10's
         conn.execute("PRAGMA user_version = 5")
         conn.execute("DELETE FROM minutes WHERE series = (SELECT id FROM series "
                      "WHERE op = 'md-read')")

@@ -260,7 +260,8 @@ def test_migration_7_marks_a_stuck_age_no_completed_op_matches_as_in_flight(tmp_
         for table in ("minutes", "hours"):
             conn.execute(f"ALTER TABLE {table} DROP COLUMN stuck_end")
         conn.execute("DROP TABLE tens")  # and schema 8's table
-        conn.executescript("DROP TABLE server_tens; DROP TABLE server_series")  # and 9's
+        conn.executescript("DROP TABLE server_tens; DROP TABLE server_series; "
+                           "DROP TABLE weekly_histograms")  # and 9's and 10's
         conn.execute("PRAGMA user_version = 6")
     with Store(db, readonly=True) as old:  # read as it is: every stuck age as at the end
         assert [r.stuck_end for r in old.records()] == [0.0, 30.0, 44.0, 12.0]

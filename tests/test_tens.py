@@ -151,7 +151,8 @@ def test_migration_8_makes_the_tens_of_the_minutes_written_before(tmp_path):
     with sqlite3.connect(path) as conn:
         written = stored_tens(conn)
         conn.execute("DROP TABLE tens")
-        conn.executescript("DROP TABLE server_tens; DROP TABLE server_series")  # schema 9's
+        conn.executescript("DROP TABLE server_tens; DROP TABLE server_series; "
+                           "DROP TABLE weekly_histograms")  # schema 9's and 10's
         conn.execute("PRAGMA user_version = 7")
     with Store(path) as store:
         assert schema.version_of(store.conn) == schema.VERSION

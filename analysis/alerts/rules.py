@@ -104,7 +104,8 @@ class Evaluator:
         self.now = now
         self.minute = minute_of(now)
         self.live_stuck = dict(live_stuck or {})
-        self.book = BaselineBook(self.stores, config.baseline.expected)
+        self.book = BaselineBook(self.stores, config.baseline.expected,
+                                 zone=config.baseline.weekly())
         self._aggregates: dict[tuple[str, str, float], Aggregate] = {}
         self._verdicts: dict[str, Verdict] | None = None
 

@@ -86,7 +86,8 @@ class _HistoryTable:
         if "max" in self.stats:
             columns["max"] = series.raised(cells.max, cells.stuck_end)
         book = self.reader.book() if stores is self.reader.stores else \
-            BaselineBook(stores, self.reader.config.baseline.expected)
+            BaselineBook(stores, self.reader.config.baseline.expected,
+                         zone=self.reader.config.baseline.weekly())
         first = int(cells.start.min()) if len(cells) else 0
         expected = series.expected_values(book, cells, self.headline, first,
                                           int(self.selection.end), self.step)

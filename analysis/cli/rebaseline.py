@@ -11,8 +11,10 @@ from pathlib import Path
 import click
 
 from slowdown.analysis.cli.read_setup import parse_time_option
-from slowdown.analysis.stats.baseline import data_lengths, rebaseline
+from slowdown.analysis.stats.baseline import rebaseline
+from slowdown.analysis.stats.weekly_upkeep import WEEK
 from slowdown.analysis.store import Store, StoreError, expand_paths
+from slowdown.analysis.store.period_histograms import data_lengths
 from slowdown.analysis.units import format_duration
 
 
@@ -48,7 +50,8 @@ def rebaseline_command(ctx: click.Context, reason: str, dbs: tuple[str, ...], ta
             with Store(path, create=False) as store:  # only into a slowdown database
                 made = rebaseline(store, now, reason, start, end, targets,
                                   statistics=config.statistics,
-                                  provisional_after=config.baseline.provisional_after)
+                                  provisional_after=config.baseline.provisional_after,
+                                  weekly=config.baseline.weekly())
                 lengths = data_lengths(store, made)
         except (StoreError, ValueError, sqlite3.DatabaseError) as exc:
             message = str(exc) if str(exc).startswith(str(path)) else f"{path}: {exc}"
@@ -68,7 +71,10 @@ def rebaseline_command(ctx: click.Context, reason: str, dbs: tuple[str, ...], ta
                    f"{since:%Y-%m-%d %H:%M} UTC, from data "
                    f"{shortest if shortest == longest else f'{shortest} to {longest}'} long"
                    + (f"; provisional for {provisional} of them (from less than {after} of "
-                      f"data) until {after} of data makes another" if provisional else ""))
+                      f"data) until {after} of data makes another" if provisional else "")
+                   + ("; the flat value until a week of data makes a weekly one (each hour "
+                      "of the week needs its own)" if config.baseline.expected == "weekly"
+                      and min(lengths) < WEEK else ""))
     if failed:
         raise click.ClickException(f"{len(failed)} of {len(paths)} databases not rebaselined "
                                    f"(named above); the others were")

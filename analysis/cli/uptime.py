@@ -192,6 +192,7 @@ def show_uptime(reader: Reader, results: dict[str, list[TargetSlowdown]], stat: 
         click.echo(f"{clock}  {merged.text(f'the last {format_duration(span)}')}")
     if verbose:
         rows = []
+        flats: dict[str, None] = {}
         for target, windows in results.items():
             for ts in windows:
                 for o in ts.ops:
@@ -203,13 +204,15 @@ def show_uptime(reader: Reader, results: dict[str, list[TargetSlowdown]], stat: 
                                  + (" stuck" if ob.raised else ""), ci, ob.count,
                                  _failed(o, last_errors(reader.services(), target, o.op)),
                                  format_latency(exp.value) if exp else "-",
-                                 ("provisional" if exp and exp.provisional else
-                                  ("baseline" if exp else "-")),
-                                 fmt_ratio(o.value)])
+                                 _source(exp), fmt_ratio(o.value)])
+                    if exp is not None and exp.basis == "flat":
+                        flats.setdefault(f"{target} {o.op}: {exp.note}", None)
         if rows:
             click.echo()
             table(rows, ["target", "op", "window", stat, "95% ci", "n", "failed", "expected",
                          "from", "slowdown"], right=(3, 5, 6, 7, 9))
+        for line in flats:  # expected = "weekly" where the week's value cannot be taken
+            click.echo(line)
         if verdicts:
             click.echo()
         for target, v in sorted(verdicts.items()):
@@ -220,6 +223,25 @@ def show_uptime(reader: Reader, results: dict[str, list[TargetSlowdown]], stat: 
         for target, note in sorted((servers or {}).items()):
             click.echo(f"slow servers {target} (medians over the last "
                        f"{format_duration(SPAN)}, whole ten minutes): {note}")
+
+
+def _source(exp) -> str:
+    """Where the expected value came from: ``baseline``, ``provisional``; with expected =
+    "weekly", the hour of the week taken (``weekly Tue 03h``) or ``(flat)``."""
+    if exp is None:
+        return "-"
+    word = "provisional" if exp.provisional else "baseline"
+    if exp.basis == "weekly":
+        return exp.note + (" provisional" if exp.provisional else "")
+    return f"{word} (flat)" if exp.basis == "flat" else word
+
+
+def _basis(exp) -> dict:
+    """With expected = "weekly" (only: the flat default's JSON is as it was): whether the
+    value is the hour of the week's (``weekly``) or the flat one, and why."""
+    if exp is None or exp.basis is None:
+        return {}
+    return {"expected_basis": exp.basis, "expected_note": exp.note}
 
 
 def _failed(o, errors: list[str]) -> str:
@@ -248,6 +270,7 @@ def _window_json(ts: TargetSlowdown) -> dict:
             "expected": clean(o.expected.value) if o.expected else None,
             "expected_statistic": o.expected.statistic if o.expected else None,
             "provisional": o.expected.provisional if o.expected else None,
+            **_basis(o.expected),
             "slowdown": clean(o.value),
         } for o in ts.ops],
     }

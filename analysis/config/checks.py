@@ -161,7 +161,8 @@ class _Checker(_AlertChecks):
         self.unknown_keys(table, _BASELINE_KEYS, path)
         default = BaselineConfig()
         period = self.get(table, "period", path, _choice(("month",)), default.period)
-        expected = self.get(table, "expected", path, _choice(("same", "median")), default.expected)
+        expected = self.get(table, "expected", path, _choice(("same", "median", "weekly")),
+                            default.expected)
         provisional = self.get(
             table, "provisional_after", path, _as_duration, default.provisional_after
         )

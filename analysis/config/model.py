@@ -136,13 +136,21 @@ class Target:
 @dataclass(frozen=True)
 class BaselineConfig:
     period: str = "month"
-    expected: str = "same"
+    expected: str = "same"  # "same", "median" or "weekly" (the same, by hour of the week)
     provisional_after: float = 86400.0
     zone: str = "local"  # whose calendar months: "local" (the node's), "UTC" or an IANA name
 
     def tzinfo(self) -> dt.tzinfo | None:
         """The zone of the months (None: the process's local zone)."""
         return zone_info(self.zone)
+
+    def weekly_zone(self) -> str | None:
+        """The zone's name whose hours of the week the baselines keep (None: flat)."""
+        return self.zone if self.expected == "weekly" else None
+
+    def weekly(self) -> tuple[str, dt.tzinfo | None] | None:
+        """The zone's name and zone of the weekly histograms (None: flat)."""
+        return (self.zone, self.tzinfo()) if self.expected == "weekly" else None
 
 
 def zone_info(name: str) -> dt.tzinfo | None:

@@ -15,7 +15,8 @@ baseline in force and a past slowdown is computed against the baseline of its ti
 Each baseline keeps the histogram of its data period (``baseline_histograms``), so the
 expected value of a cluster is the statistic of the exact merge of the baselines in force on
 each of its hosts at that moment: N small rows, never N months of records (docs/FLEET.md says
-how hosts that started or were rebaselined at different moments combine).
+how hosts that started or were rebaselined at different moments combine). With ``[baseline]
+expected = "weekly"`` it keeps each hour of the week's too, and the book asks ``stats/weekly``.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from dataclasses import dataclass
 from slowdown.analysis.histogram import Histogram, codec
 from slowdown.analysis.stats.window import estimate
 from slowdown.analysis.store import Selection, Store, aggregate, schema
+from slowdown.analysis.store.period_histograms import data_extent
 from slowdown.analysis.store.records import MINUTE, Aggregate, minute_of
 from slowdown.analysis.words import STATISTICS
 
@@ -198,9 +200,11 @@ def _statistics(extra: Iterable[str]) -> list[str]:
 
 
 def maintain(store: Store, now: float, provisional_after: float = 86400.0,
-             statistics: Iterable[str] = (), zone: dt.tzinfo | None = None) -> list[Baseline]:
+             statistics: Iterable[str] = (), zone: dt.tzinfo | None = None,
+             weekly: str | None = None) -> list[Baseline]:
     """Make the monthly and initial baselines that are due (months of ``zone``, see
-    ``month_start``); returns what it saved."""
+    ``month_start``); returns what it saved. ``weekly``: the zone's name (``[baseline]
+    zone``) with ``expected = "weekly"``: their hours of the week too (stats/weekly_upkeep)."""
     stats = _statistics(statistics)
     existing = load(store)
     this_month = month_start(now, zone)
@@ -226,6 +230,9 @@ def maintain(store: Store, now: float, provisional_after: float = 86400.0,
             _grown_up(store, target, op, stats, mine, to, provisional_after, made, histograms)
     if made:
         save(store, made, now, histograms)
+    if weekly is not None:
+        from slowdown.analysis.stats.weekly_upkeep import upkeep
+        made += upkeep(store, now, weekly, zone, stats, made, histograms)
     return made
 
 
@@ -247,8 +254,8 @@ def _grown_up(store: Store, target: str, op: str, stats: Sequence[str],
 
 def rebaseline(store: Store, now: float, reason: str, data_from: float | None = None,
                data_to: float | None = None, targets: Iterable[str] = (),
-               statistics: Iterable[str] = (), provisional_after: float = 0.0
-               ) -> list[Baseline]:
+               statistics: Iterable[str] = (), provisional_after: float = 0.0,
+               weekly: tuple[str, dt.tzinfo | None] | None = None) -> list[Baseline]:
     """New baselines in force from now, from ``[data_from, data_to)`` (default: the last day).
     A pair whose records there span less than ``provisional_after`` (``[baseline]
     provisional_after``, which ``slowdown rebaseline`` passes; 0: none) gets provisional ones,
@@ -273,32 +280,10 @@ def rebaseline(store: Store, now: float, reason: str, data_from: float | None = 
     if not made:
         raise ValueError("no data in that period")
     save(store, made, now, histograms)
+    if weekly is not None:  # (zone name, zone): the hours of the week of each new period
+        from slowdown.analysis.stats.weekly_upkeep import save_periods
+        save_periods(store, sorted(histograms), *weekly)
     return made
-
-
-def data_extent(store: Store, target: str, op: str, start: int, end: int
-                ) -> tuple[int, int] | None:
-    """(start of the first record, end of the last) of a pair within ``[start, end)``: how
-    long its data really is (None: no record)."""
-    found = []
-    for table, span in (("minutes", MINUTE), ("hours", 3600)):
-        row = store.conn.execute(
-            f"SELECT min(r.start), max(r.start) FROM {table} r JOIN series s ON s.id = r.series"
-            " WHERE s.target = ? AND s.op = ? AND r.start >= ? AND r.start < ?",
-            (target, op, start, end)).fetchone()
-        if row[0] is not None:
-            found.append((row[0], min(end, row[1] + span)))
-    if not found:
-        return None
-    return min(f[0] for f in found), max(f[1] for f in found)
-
-
-def data_lengths(store: Store, made: list) -> list[int]:
-    """How long the data of each new baseline's pair really is (not the period asked for:
-    three minutes of records in a day's period are three minutes of data)."""
-    found = {(b.target, b.op): data_extent(store, b.target, b.op, b.data_from, b.data_to)
-             for b in made}
-    return [end - start for start, end in (f for f in found.values() if f is not None)]
 
 
 @dataclass(frozen=True)
@@ -310,6 +295,8 @@ class Expected:
     provisional: bool
     baseline: Baseline | None  # None for a provisional value computed on the fly
     hosts: int = 1  # files whose baselines were merged into it (a cluster's)
+    basis: str | None = None  # with expected = "weekly": "weekly" or "flat" (see note)
+    note: str = ""  # why the flat value stands, or the hour of the week taken (stats/weekly)
 
 
 def _in_force(rows: Sequence[Baseline], target: str, op: str, statistic: str,
@@ -350,12 +337,17 @@ class BaselineBook:
 
     def __init__(self, stores: Sequence[Store], expected: str = "same",
                  loaded: Sequence[tuple[list[Baseline], dict[PeriodKey, bytes]]] | None = None,
-                 statistics: Sequence[str] | None = None) -> None:
+                 statistics: Sequence[str] | None = None,
+                 zone: tuple[str, dt.tzinfo | None] | None = None) -> None:
         """``loaded``: each store's ``load`` and ``load_histograms``, read already;
         ``statistics``: the only ones ``loaded`` holds (asked for another, the book reads
-        every baseline of the files again)."""
+        every baseline of the files again); ``zone``: ``[baseline] zone``'s name and zone
+        (``BaselineConfig.weekly``), whose hours of the week a weekly book reads."""
         self.stores = list(stores)
-        self.mode = expected
+        self.mode, self.zone = expected, zone
+        if expected == "weekly":
+            from slowdown.analysis.stats.weekly import Weekly
+            self.weekly = Weekly(self, *(zone or ("local", None)))
         self.only = set(statistics) if loaded and statistics is not None else None
         self._read(loaded)
 
@@ -436,8 +428,17 @@ class BaselineBook:
             self._first[key] = min(firsts) if firsts else None
         return self._first[key]
 
-    def expected(self, target: str, op: str, statistic: str, at: float) -> Expected | None:
-        stat = statistic if self.mode == "same" else "median"
+    def expected(self, target: str, op: str, statistic: str, at: float,
+                 window: float = 0.0) -> Expected | None:
+        """The expected value at ``at``; with ``expected = "weekly"``, of the hours of the
+        week of the window of ``window`` seconds ending then (0: of the moment)."""
+        flat = self._flat(target, op, statistic, at)
+        if self.mode != "weekly" or flat is None:
+            return flat
+        return self.weekly.expected(flat, target, op, flat.statistic, at, window)
+
+    def _flat(self, target: str, op: str, statistic: str, at: float) -> Expected | None:
+        stat = statistic if self.mode != "median" else "median"
         self._holding(stat)
         if len(self.stores) == 1:
             b = self.in_force(target, op, stat, at)
@@ -461,7 +462,7 @@ class BaselineBook:
         changes (on any host of a cluster), in time order (NaN where there is none), so that
         a series of minutes takes the value in force at each minute. Where no baseline is in
         force the provisional value is the one known at the end of that period."""
-        stat = statistic if self.mode == "same" else "median"
+        stat = statistic if self.mode != "median" else "median"
         self._holding(stat)
         changes = sorted({t for rows in self.books for b in rows
                           if (b.target, b.op, b.statistic) == (target, op, stat)
@@ -469,11 +470,13 @@ class BaselineBook:
                           if t is not None and first < t <= last})
         periods = []
         for begin, end in zip([first, *changes], [*changes, last + 1]):
-            e = self.expected(target, op, statistic, begin)
+            e = self._flat(target, op, statistic, begin)
             if e is None or e.baseline is None:  # provisional: as known at the end
                 e = self._computed_later(target, op, stat, begin, end) or \
-                    self.expected(target, op, statistic, end - 1)
+                    self._flat(target, op, statistic, end - 1)
             periods.append((begin, math.nan if e is None else e.value))
+        if self.mode == "weekly":  # each hour's value where the week's can be taken
+            return self.weekly.periods(periods, target, op, stat, first, last)
         return periods
 
     def _computed_later(self, target: str, op: str, stat: str, begin: int,

@@ -122,7 +122,8 @@ class Gathered:
 
 def read_copies(patterns: Sequence[str], targets: Sequence[str],
                 ops: Mapping[str, Sequence[str]], window: float, statistic: str, at: float,
-                expected: str, host: str | None, note: Note) -> Gathered:
+                expected: str, host: str | None, note: Note, zone: tuple | None = None
+                ) -> Gathered:
     """The peers in the files the globs name (``fleet_sources.database_readings`` runs this
     in a child); a file the parent has open is left to it (``Gathered.left``)."""
     found = Gathered({t: [] for t in targets})
@@ -135,19 +136,21 @@ def read_copies(patterns: Sequence[str], targets: Sequence[str],
     mine = [p for p in paths if not parents or os.path.realpath(p) not in parents]
     chosen = set(mine)
     found.left = [p for p in paths if p not in chosen]
-    return gather(found, mine, targets, ops, window, statistic, at, expected, host, note)
+    return gather(found, mine, targets, ops, window, statistic, at, expected, host, note,
+                  zone)
 
 
 def gather(found: Gathered, paths: Sequence[Path], targets: Sequence[str],
            ops: Mapping[str, Sequence[str]], window: float, statistic: str, at: float,
-           expected: str, host: str | None, note: Note) -> Gathered:
+           expected: str, host: str | None, note: Note, zone: tuple | None = None
+           ) -> Gathered:
     """Each file's peers added to ``found``; a file that cannot be read is named there."""
     for path in paths:
         note(f"reading {path}")
         found.files += 1
         try:
             for target, peer in _file_peers(path, targets, ops, window, statistic, at,
-                                            expected, host):
+                                            expected, host, zone):
                 found.peers[target].append(peer)
         except (StoreError, sqlite3.Error) as exc:
             failure = _os_failure(path)
@@ -175,15 +178,15 @@ def _os_failure(path: Path) -> OSError | None:
 
 
 def _file_peers(path: Path, targets: Sequence[str], ops: Mapping[str, Sequence[str]],
-                window: float, statistic: str, at: float, expected: str, me: str | None
-                ) -> list[tuple[str, Peer]]:
+                window: float, statistic: str, at: float, expected: str, me: str | None,
+                zone: tuple | None = None) -> list[tuple[str, Peer]]:
     found: list[tuple[str, Peer]] = []
     with Store(path, readonly=True) as store:
         series = store.series()
         hosts = sorted({h for h, t, _ in series if t in targets and h != me})
         if not hosts:
             return found
-        book = BaselineBook([store], expected)
+        book = BaselineBook([store], expected, zone=zone)  # zone: the weekly one's
         for host in hosts:
             for target in targets:
                 here = [o for h, t, o in series if h == host and t == target]

@@ -123,7 +123,8 @@ def prometheus_readings(url: str, targets: Sequence[str], window: float, statist
 def database_readings(patterns: Sequence[str], targets: Sequence[str],
                       ops: Mapping[str, Sequence[str]], window: float, statistic: str,
                       at: float, expected: str = "same", host: str | None = None,
-                      timeout: float = DEFAULT_TIMEOUT) -> dict[str, Reading]:
+                      timeout: float = DEFAULT_TIMEOUT, zone: tuple | None = None
+                      ) -> dict[str, Reading]:
     """Each target's peers from node databases (copies published to a shared directory):
     every host of every file, its slowdown over the window ending with its newest minute at
     or before ``at``; ``at`` of a peer is the end of that minute. ``host`` (this node, whose
@@ -132,14 +133,14 @@ def database_readings(patterns: Sequence[str], targets: Sequence[str],
     source = "databases " + " ".join(patterns)
     try:
         found = call_bounded(source, lambda note: read_copies(
-            patterns, targets, ops, window, statistic, at, expected, host, note), timeout)
+            patterns, targets, ops, window, statistic, at, expected, host, note, zone), timeout)
     except Unanswered as exc:
         cause = f"timed out after {timeout:g} s" if exc.timed_out else None
         return {t: Reading(source, error=f"{' '.join(patterns)}: {exc}", cause=cause)
                 for t in targets}
     if found.left:  # open here already (this process's own database): read here
         gather(found, found.left, targets, ops, window, statistic, at, expected, host,
-               lambda text: None)
+               lambda text: None, zone)
     return found.readings(source)
 
 
@@ -157,14 +158,14 @@ class FleetSettings(Thresholds, Protocol):
 
 
 def readings(fleet: FleetSettings, targets: Sequence[str], ops: Mapping[str, Sequence[str]],
-             at: float, expected: str = "same", host: str | None = None
-             ) -> dict[str, Reading]:
+             at: float, expected: str = "same", host: str | None = None,
+             zone: tuple | None = None) -> dict[str, Reading]:
     """What the configured source says of each target's peers at ``at``."""
     if fleet.prometheus:
         return prometheus_readings(fleet.prometheus, targets, fleet.window, fleet.statistic,
                                    at, fleet.timeout)
     return database_readings(fleet.databases, targets, ops, fleet.window, fleet.statistic, at,
-                             expected, host, fleet.timeout)
+                             expected, host, fleet.timeout, zone)
 
 
 def fleet_verdicts(fleet: FleetSettings | None, stores: Sequence[Store], book: BaselineBook,
@@ -178,7 +179,8 @@ def fleet_verdicts(fleet: FleetSettings | None, stores: Sequence[Store], book: B
     targets = list(ops)
     own = target_slowdowns(stores, book, targets, ops, [settings.window], settings.statistic,
                            now, hosts=(host,), live_stuck=live_stuck)
-    said = readings(fleet, targets, ops, now, book.mode, host) if fleet is not None else {}
+    said = readings(fleet, targets, ops, now, book.mode, host, book.zone) \
+        if fleet is not None else {}
     context = node_context(stores, host, now)
     failed = any(r.cause is not None for r in said.values())  # only then: where they lie
     beside = copies_beside(settings.databases, settings.probed) if failed else {}

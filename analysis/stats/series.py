@@ -466,6 +466,11 @@ def expected_values(book, cells: Cells, statistic: str, first: int, end: int,
         at = np.minimum(cells.start[part] + step - 1, end)
         which = np.searchsorted(np.asarray(begins), at, side="right") - 1
         out[part] = np.asarray(values)[np.maximum(which, 0)]
+        if getattr(book, "mode", None) == "weekly" and step > 3600:  # the hours it covers
+            for j, start in zip(range(part.start, part.stop), cells.start[part].tolist()):
+                e = book.expected(target, op, statistic, min(start + step, end), step)
+                if e is not None and e.basis == "weekly":
+                    out[j] = e.value
     return out
 
 

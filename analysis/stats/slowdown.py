@@ -86,8 +86,9 @@ def op_slowdown(stores: Sequence[Store], book: BaselineBook, target: str, op: st
         agg.stuck = max(agg.stuck, live_stuck)
         agg.stuck_end = live_stuck
     observed = estimate(agg, statistic, confidence)
-    return OpSlowdown(target, op, window, observed, book.expected(target, op, statistic, now),
-                      agg.samples, agg.errors)
+    return OpSlowdown(target, op, window, observed,
+                      book.expected(target, op, statistic, now, window), agg.samples,
+                      agg.errors)
 
 
 def target_slowdowns(stores: Sequence[Store], book: BaselineBook, targets: Sequence[str],

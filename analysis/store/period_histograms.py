@@ -9,6 +9,7 @@ import sqlite3
 from collections.abc import Callable
 
 from slowdown.analysis.histogram import Histogram, codec
+from slowdown.analysis.store.records import MINUTE
 
 
 def fill_baseline_histograms(conn: sqlite3.Connection, table: str,
@@ -48,3 +49,28 @@ def records_histogram(conn: sqlite3.Connection, target: str, op: str, data_from:
     h = codec.merge_blobs(blobs)
     h.sum, h.sumsq, h.min, h.max = total, total_sq, lo, hi
     return h
+
+
+def data_extent(store, target: str, op: str, start: int, end: int
+                ) -> tuple[int, int] | None:
+    """(start of the first record, end of the last) of a pair within ``[start, end)``: how
+    long its data really is (None: no record)."""
+    found = []
+    for table, span in (("minutes", MINUTE), ("hours", 3600)):
+        row = store.conn.execute(
+            f"SELECT min(r.start), max(r.start) FROM {table} r JOIN series s ON s.id = r.series"
+            " WHERE s.target = ? AND s.op = ? AND r.start >= ? AND r.start < ?",
+            (target, op, start, end)).fetchone()
+        if row[0] is not None:
+            found.append((row[0], min(end, row[1] + span)))
+    if not found:
+        return None
+    return min(f[0] for f in found), max(f[1] for f in found)
+
+
+def data_lengths(store, made: list) -> list[int]:
+    """How long the data of each new baseline's pair really is (not the period asked for:
+    three minutes of records in a day's period are three minutes of data)."""
+    found = {(b.target, b.op): data_extent(store, b.target, b.op, b.data_from, b.data_to)
+             for b in made}
+    return [end - start for start, end in (f for f in found.values() if f is not None)]

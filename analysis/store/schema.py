@@ -13,7 +13,7 @@ import sqlite3
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from slowdown.analysis.store import server_records, ten_minute_records
+from slowdown.analysis.store import server_records, ten_minute_records, weekly_histograms
 
 APPLICATION_ID = 0x534C4457  # "SLDW"
 
@@ -234,6 +234,10 @@ MIGRATIONS: list[str] = [
     # 9: per-server records: each op's latencies per (host, target, op, server, ten minutes),
     # so that a fleet's probes add up per server (server_records.py).
     server_records.CREATE,
+    # 10: the histogram of each hour of the week of a baseline's data period, for
+    # ``[baseline] expected = "weekly"`` (weekly_histograms.py): a cluster merges each hour's
+    # exactly. Made with the baselines from then on; an older baseline has none (flat).
+    weekly_histograms.CREATE,
 ]
 
 VERSION = len(MIGRATIONS)

@@ -121,7 +121,7 @@ class Reader:
         loaded, self.early = self.early, None
         return BaselineBook(self.stores, self.config.baseline.expected,
                             [(rows, blobs) for _, rows, blobs in loaded] if loaded else None,
-                            self.early_statistics)
+                            self.early_statistics, zone=self.config.baseline.weekly())
 
     def _live_flights(self) -> list[tuple[str, str, str, float]]:
         """(host, target, op, age) of ops in flight longer than the interval, from the live

@@ -252,7 +252,8 @@ class Service:
                     log.info("removed %d rows of %s older than their retention ([keep])", n,
                              table)
             made = baseline.maintain(self.store(), now, self.config.baseline.provisional_after,
-                                     self.config.statistics, self.config.baseline.tzinfo())
+                                     self.config.statistics, self.config.baseline.tzinfo(),
+                                     self.config.baseline.weekly_zone())
             for reason in sorted({b.reason for b in made}):
                 log.info("new %s baselines for %d target/op pairs", reason,
                          len({(b.target, b.op) for b in made if b.reason == reason}))

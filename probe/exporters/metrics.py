@@ -274,7 +274,7 @@ class ServiceMetrics:
 
     def _compute(self, store: Store, now: float) -> _Slowdowns:
         cfg = self.config
-        book = BaselineBook([store], cfg.baseline.expected)
+        book = BaselineBook([store], cfg.baseline.expected, zone=cfg.baseline.weekly())
         live = self.live_stuck()
         hosts = (self.host,)
         ops_rows, expected_rows, target_rows = [], {}, []
