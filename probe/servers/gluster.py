@@ -10,8 +10,8 @@ file with the bricks the file lives on, as its translators see them::
 A file lives on one distribute subvolume (DHT places it by the hash of its name), so its
 bricks are one server set: a plain brick, or a replica (or disperse) set, named by its bricks
 ``host:/brick/path`` sorted and joined with ``+``. Every op on the file, data or metadata,
-goes to that set, so the offset does not matter (a sharded volume's blocks past the first
-shard live elsewhere, in ``/.shard``: not resolved, see docs/SERVERS.md).
+goes to that set, so the offset does not matter (except on a sharded volume, whose blocks past
+the first shard live elsewhere, in ``/.shard``: not handled yet, docs/PROBES.md).
 
 Why ``glusterfs.pathinfo`` before ``trusted.glusterfs.pathinfo``: the kernel answers a
 ``trusted.*`` name only to a process with CAP_SYS_ADMIN (ENODATA to any other, as if there
@@ -33,7 +33,7 @@ from slowdown.probe.servers import Resolver
 
 NAMES = ("glusterfs.pathinfo", "trusted.glusterfs.pathinfo")  # unprivileged first
 _BRICK = re.compile(r"<POSIX\(([^()<>]+)\):([^:<>()\s]+):")
-MAX_CACHED = 100_000  # paths; a pool of 10 000 objects rotates over 20 000 names
+MAX_CACHED = 100_000  # paths (about 20 MiB at most); an hour of ticks asks about 7,200
 
 
 def bricks_of(pathinfo: str) -> str:

@@ -1,0 +1,101 @@
+"""Which brick is slow, from the clients' side, short form, on a real GlusterFS volume: a
+distribute volume of four bricks (no replicas), three probing nodes (namespaces with their own
+host names and mounts). The nodes' per-server records (``server_tens``, merged over the three
+databases) show, in a quiet minute, no brick far above the others; in the next minute, with
+one brick's glusterfsd held to 5 % of a CPU (a cgroup v1 CPU quota that a busy loop beside it
+uses up, as on a loaded server), that brick's median clearly above each of the other three for
+the ops its files alone serve (md-write and data-read far above, md-read and md-delete above;
+data-read where other bricks hold a node's data file too), and each node's data ops attributed
+to the brick that holds its data file. md-stat is slowed on every brick alike (``ABOVE``'s
+note). The testbed leaves nothing behind.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from pathlib import Path
+
+import pytest
+
+from slowdown.analysis.store.live import live_path
+from slowdown.analysis.words import DATA_OPS, MD_OPS
+from tests.kit.iorkit import sleep_until
+from tests.kit.testbed.nodes import Testbed
+from tests.kit.testbed.servers import brick_holding, minus, probes, quantile, read_counts
+
+pytestmark = [pytest.mark.root, pytest.mark.slow, pytest.mark.testbed,
+              pytest.mark.timeout(420)]
+
+QUOTA = 5  # percent of one CPU for the slowed brick's server
+QUIET_SPREAD = 2.5  # in the quiet minute no brick's md median above this times another's
+MIN_PROBES = 10  # per brick and md op in a minute of three nodes (about 45 expected)
+# The ops its files' brick alone serves, and how far above every other brick's median the
+# slowed brick's must be (measured: md-write 288 ms against 2.4-3.2 ms, data-read 179 ms
+# against 2.8 ms; md-read and md-delete 1.7-2.1 ms against 0.45-0.87 ms: client caches
+# answer much of them). md-stat is not among them: the first op of a tick in a directory
+# revalidates the directory, which DHT looks up on every brick, so a slow brick raised every
+# brick's md-stat alike (110-290 ms, measured).
+ABOVE = {"md-write": 3.0, "data-read": 3.0, "md-read": 1.0, "md-delete": 1.0}
+
+
+def data_servers(database: Path) -> set[str]:
+    with sqlite3.connect(f"file:{database}?mode=ro", uri=True, timeout=30) as conn:
+        return {row[0] for row in conn.execute(
+            "SELECT DISTINCT server FROM server_series WHERE op IN (?, ?)", DATA_OPS)}
+
+
+def test_a_slowed_brick_stands_above_the_others_in_the_nodes_per_server_records(root_only):
+    began = time.monotonic()
+    with Testbed(nodes=3, brick_mib=1024, bricks=4, replica=1, pool_files=400) as bed:
+        host = bed.server.host
+        pids = bed.server.brick_pids()
+        bricks = sorted(pids)
+        assert len(bricks) == 4
+        names = {b: f"{host}:{b}" for b in bricks}
+        deadline = time.monotonic() + 150
+        while not all(live_path(n.database).exists() for n in bed.nodes):  # probing
+            assert time.monotonic() < deadline, [n.output()[-1500:] for n in bed.nodes]
+            time.sleep(1)
+        databases = [n.database for n in bed.nodes]
+        quiet = (int(time.time()) // 60 + 1) * 60 + 3  # a reading just after each flush
+        sleep_until(quiet)
+        start = read_counts(databases)[0]
+        sleep_until(quiet + 60)
+        before, scale = read_counts(databases)
+        slowed = brick_holding(bricks, f"slowdown/.slowdown/{bed.nodes[0].name}/data.bin")
+        bed.server.slow_down(pids[slowed], QUOTA)
+        sleep_until(quiet + 120)
+        after = read_counts(databases)[0]
+        bed.server.release(pids[slowed])
+        held = {n.name: brick_holding(bricks, f"slowdown/.slowdown/{n.name}/data.bin")
+                for n in bed.nodes}
+        served = {n.name: data_servers(n.database) for n in bed.nodes}
+        outputs = [n.output()[-1500:] for n in bed.nodes]
+    assert bed.leftovers() == []
+    print(f"testbed test: {time.monotonic() - began:.0f} s")
+    for node, brick in held.items():  # data ops: the data file's brick, and only it
+        assert served[node] == {names[brick]}, (node, brick, served[node])
+    quiet_counts, slow_counts = minus(before, start), minus(after, before)
+    medians, problems = {}, []
+    for period, counts in (("quiet", quiet_counts), ("slow", slow_counts)):
+        for op in (*MD_OPS, *DATA_OPS):
+            seen = {b: probes(counts.get((op, names[b]), {})) for b in bricks}
+            medians[period, op] = {b: quantile(counts.get((op, names[b]), {}), scale, 0.5)
+                                   for b in bricks if seen[b]}
+            print(period, op, {b[-12:]: f"{v * 1e3:.2f} ms ({seen[b]})"
+                               for b, v in medians[period, op].items()})
+            if op in MD_OPS and min(seen.values()) < MIN_PROBES:
+                problems.append((period, op, "few probes", seen))
+            assert probes(counts.get((op, "unknown"), {})) == 0, (period, op)
+    for op in MD_OPS:  # quiet: no brick far above another
+        quiet = medians["quiet", op]
+        if max(quiet.values()) >= QUIET_SPREAD * min(quiet.values()):
+            problems.append(("quiet", op, quiet))
+    # Slowed: the ops its files alone serve stand above every other brick's (ABOVE).
+    for op, factor in ABOVE.items():
+        slow = medians["slow", op]
+        others = [v for b, v in slow.items() if b != slowed]
+        if slowed in slow and others and slow[slowed] <= factor * max(others):
+            problems.append(("slow", op, slowed, slow))
+    assert not problems, (problems, outputs)
