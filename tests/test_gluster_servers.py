@@ -1,7 +1,7 @@
 """Which brick is slow, from the clients' side, short form, on a real GlusterFS volume: a
 distribute volume of four bricks (no replicas), three probing nodes (namespaces with their own
 host names and mounts). The nodes' per-server records (``server_tens``, merged over the three
-databases) show, in a quiet minute, no brick far above the others; in the next minute, with
+databases) show, quiet (40 to 100 s), no brick far above the others; in the next minute, with
 one brick's glusterfsd held to 5 % of a CPU (a cgroup v1 CPU quota that a busy loop beside it
 uses up, as on a loaded server), that brick's median clearly above each of the other three for
 the ops its files alone serve (md-write and data-read far above, md-read and md-delete above;
@@ -29,6 +29,7 @@ pytestmark = [pytest.mark.root, pytest.mark.slow, pytest.mark.testbed,
 
 QUOTA = 5  # percent of one CPU for the slowed brick's server
 QUIET_SPREAD = 2.5  # in the quiet minute no brick's md median above this times another's
+QUIET_FOR = 40  # seconds of probing at least before the brick is slowed
 MIN_PROBES = 10  # per brick and md op in a minute of three nodes (about 45 expected)
 # The ops its files' brick alone serves, and how far above every other brick's median the
 # slowed brick's must be (measured: md-write 288 ms against 2.4-3.2 ms, data-read 179 ms
@@ -58,14 +59,14 @@ def test_a_slowed_brick_stands_above_the_others_in_the_nodes_per_server_records(
             assert time.monotonic() < deadline, [n.output()[-1500:] for n in bed.nodes]
             time.sleep(1)
         databases = [n.database for n in bed.nodes]
-        quiet = (int(time.time()) // 60 + 1) * 60 + 3  # a reading just after each flush
-        sleep_until(quiet)
-        start = read_counts(databases)[0]
-        sleep_until(quiet + 60)
+        # Quiet: from the first tick to a minute's end at least QUIET_FOR later; each reading
+        # just after a minute's flush.
+        slowing = (int(time.time() + QUIET_FOR) // 60 + 1) * 60 + 3
+        sleep_until(slowing)
         before, scale = read_counts(databases)
         slowed = brick_holding(bricks, f"slowdown/.slowdown/{bed.nodes[0].name}/data.bin")
         bed.server.slow_down(pids[slowed], QUOTA)
-        sleep_until(quiet + 120)
+        sleep_until(slowing + 60)
         after = read_counts(databases)[0]
         bed.server.release(pids[slowed])
         held = {n.name: brick_holding(bricks, f"slowdown/.slowdown/{n.name}/data.bin")
@@ -76,7 +77,7 @@ def test_a_slowed_brick_stands_above_the_others_in_the_nodes_per_server_records(
     print(f"testbed test: {time.monotonic() - began:.0f} s")
     for node, brick in held.items():  # data ops: the data file's brick, and only it
         assert served[node] == {names[brick]}, (node, brick, served[node])
-    quiet_counts, slow_counts = minus(before, start), minus(after, before)
+    quiet_counts, slow_counts = before, minus(after, before)
     medians, problems = {}, []
     for period, counts in (("quiet", quiet_counts), ("slow", slow_counts)):
         for op in (*MD_OPS, *DATA_OPS):

@@ -148,14 +148,13 @@ def test_per_server_records_wait_with_the_minutes_and_are_written_once(tmp_path)
     assert [r[3:7] for r in server_rows(db)] == [("b3", T0, 4, 0)] and minutes == 4
 
 
-def test_per_server_records_are_dropped_with_their_minutes_past_the_bound():
+def test_per_server_records_wait_per_ten_and_go_once_their_ten_is_past_the_bound():
     recorder = Recorder("n1", max_buffered_minutes=2)
     store = Failing(None)  # type: ignore[arg-type]
-    for m in range(4):
+    for m in range(13):
         recorder.result("g", "md-stat", 0.001, T0 + 60 * m + 1)
         recorder.served("g", "md-stat", "b1", 0.001, T0 + 60 * m + 1)
-        recorder.flush(store, T0 + 60 * (m + 1) + 1)
-    kept = recorder.take_servers(float("inf"))
-    assert recorder.pending_minutes() == 2
-    assert sorted((r.server, r.start, r.histogram.count) for r in kept) == [
-        ("b1", T0 + 120, 1), ("b1", T0 + 180, 1)]
+        assert not recorder.flush(store, T0 + 60 * (m + 1) + 1)
+    assert recorder.pending_minutes() == 2  # the minutes of T0 + 660 and T0 + 720
+    kept = recorder.take_servers(float("inf"))  # the first ten dropped whole; the second
+    assert [(r.server, r.start, r.histogram.count) for r in kept] == [("b1", T0 + 600, 3)]

@@ -24,7 +24,8 @@ Beside the minutes, each op that returned is kept per server (``served``: the br
 MDS rank that served it, as the worker resolved it; ``unknown`` where the filesystem cannot
 say) in histograms per (target, op, server, minute), written as the ten minutes that hold
 them (``server_records.py``: rows merge) in the same transaction as their minutes, and
-buffered, put back, trimmed and written again exactly like them. Skipped ticks, a skipped
+buffered, put back and written again like them; while they wait they are merged per ten
+minutes, and dropped past the bound once every minute of their ten is. Skipped ticks, a skipped
 tick's wait and the age of a stuck op are not per server: no server is known until an op
 returns.
 """
@@ -40,7 +41,7 @@ from collections.abc import Callable, Iterable
 from slowdown.analysis.histogram import Histogram
 from slowdown.analysis.store import Store
 from slowdown.analysis.store.records import MINUTE, NodeContext, Record, minute_of
-from slowdown.analysis.store.server_records import ServerRecord, ten_of
+from slowdown.analysis.store.server_records import TEN, ServerRecord, ten_of
 
 log = logging.getLogger(__name__)
 
@@ -221,15 +222,21 @@ class Recorder:
 
     def put_back(self, records: list[Record], nodes: list[NodeContext],
                  servers: Iterable[ServerRecord] = ()) -> None:
-        """Return unwritten records (the per-server ones of their minute, as
-        ``take_servers`` gave them), merging with anything recorded for them since."""
+        """Return unwritten records, merging with anything recorded for them since; the
+        per-server ones merged into their ten minutes (while the database cannot be written,
+        a filesystem of a hundred servers would otherwise keep a histogram per server and
+        minute: up to 720 a minute with two targets, 600 bytes each)."""
         with self._lock:
             for srv in servers:
-                key = (srv.target, srv.op, srv.server, srv.start)
-                if key in self._served:
-                    srv.histogram.merge(self._served[key].histogram)
-                    srv.errors += self._served[key].errors
-                self._served[key] = srv
+                ten = ten_of(srv.start)
+                key = (srv.target, srv.op, srv.server, ten)
+                kept = self._served.get(key)
+                if kept is None:
+                    self._served[key] = ServerRecord(srv.host, srv.target, srv.op, srv.server,
+                                                     ten, srv.histogram, srv.errors)
+                else:
+                    kept.histogram.merge(srv.histogram)
+                    kept.errors += srv.errors
             for rec in records:
                 key = (rec.target, rec.op, rec.start)
                 if key in self._open:
@@ -250,7 +257,8 @@ class Recorder:
                 del self._open[k]
             for t in [t for t in self._node if t <= cut]:
                 del self._node[t]
-            for k in [k for k in self._served if k[3] <= cut]:
+            # Per-server records go by the ten minutes, once every minute of it is gone.
+            for k in [k for k in self._served if ten_of(k[3]) + TEN - MINUTE <= cut]:
                 del self._served[k]
             self.dropped += len(lost)
             log.error("database unwritable too long: dropped %d records up to minute %d",
