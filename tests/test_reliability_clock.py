@@ -40,7 +40,7 @@ def test_the_recorder_never_counts_a_moment_twice_across_steps():
     written: list = []
 
     class Store:
-        def write(self, records, nodes=(), state=None):
+        def write(self, records, nodes=(), state=None, servers=()):
             written.extend(records)
 
     def run(seconds: int) -> None:
@@ -72,7 +72,7 @@ def test_a_minute_closed_by_a_step_back_is_written_at_the_next_flush():
     written: list = []
 
     class Store:
-        def write(self, records, nodes=(), state=None):
+        def write(self, records, nodes=(), state=None, servers=()):
             written.extend(records)
 
     recorder.result("t", "md-stat", 0.001, clocks.wall())

@@ -25,7 +25,7 @@ class FlakyStore:
         self.written: list[tuple[str, str, int, int]] = []
         self.nodes: list[int] = []
 
-    def write(self, records, nodes=(), state=None) -> int:
+    def write(self, records, nodes=(), state=None, servers=()) -> int:
         if self.broken:
             raise OSError(28, "database or disk is full")
         self.written += [(r.target, r.op, r.start, r.histogram.count) for r in records]

@@ -26,6 +26,10 @@ Once a minute the end line also carries the workspace filesystem's free space an
 (``"space": {"bytes_free", "bytes", "files_free", "files"}``): a full filesystem fails every
 user's write while the probe, which only overwrites blocks it has, would read healthy.
 
+An op's line also names the server that served it (``"server"``: a GlusterFS brick, a Ceph
+OSD, ``unknown`` where the filesystem cannot say; ``probes/where.py``), looked up after the
+op returned: the lookup is neither in the op's latency nor in its ``shown`` wait.
+
 ``at`` is the wall time the op returned: the service files a result under that minute. A
 failed op carries ``lat`` too when it was attempted (how long the call took to fail): an op
 that hung and then failed (ENOTCONN after a server's ping-timeout) was that slow. A
@@ -62,6 +66,7 @@ from slowdown.probe.layout.fs_counts import free_inodes
 from slowdown.probe.layout.path_safety import check_workspace
 from slowdown.probe.locks.workspace_lock import WorkspaceLock
 from slowdown.probe.probes import Probe, Result, error_of, probe_ops, registered
+from slowdown.probe.probes.where import Where
 from slowdown.probe.probes.worker_position import Progress
 
 Emit = Callable[[dict[str, Any]], None]
@@ -95,6 +100,7 @@ class Probes:
         self.ops = probe_ops()
         self.opened: list[Probe | None] = [None] * len(self.kinds)
         self.claim = WorkspaceLock.from_environ(workspace)
+        self.where = Where(workspace)  # which server served each op
         self._space_at = -SPACE_EVERY  # monotonic time of the last statvfs
 
     def space(self) -> dict[str, int | None] | None:
@@ -178,6 +184,12 @@ class Probes:
                 message["lat"] = result.lat
             elif result.err is None:  # not attempted: the object was missing
                 message["skip"] = True
+            if not message.get("skip"):  # after the op, outside its timing and its wait
+                returned = time.monotonic()
+                message["server"] = self.where.server(result.op, result.where)
+                mark = getattr(emit, "returned", None)
+                if mark is not None:
+                    mark(returned)
             emit(message)
             reported.add(result.op)
             if _abandoned:
@@ -256,6 +268,7 @@ class Answers:
         self._done = 0
         self._started = 0.0
         self._since = 0.0  # when the op in flight began to be shown so
+        self._returned: float | None = None  # when the op about to be said returned
 
     def start(self, tick: int, sent: object = None) -> None:
         """A run begins; `sent`: when the service sent its tick (monotonic), if it says: a
@@ -269,12 +282,18 @@ class Answers:
         if self._progress is not None:
             self._progress.set(tick, 0, self._started)
 
+    def returned(self, at: float) -> None:
+        """The next op said returned at ``at`` (monotonic): what the worker did since (the
+        lookup of its server) is no part of its wait."""
+        self._returned = at
+
     def __call__(self, message: dict[str, Any]) -> None:
         now = time.monotonic()
+        returned, self._returned = self._returned, None
         if "op" in message:
-            message["at"] = time.time()
+            message["at"] = time.time() - (now - returned if returned is not None else 0.0)
             if message.get("tick") == self._tick:
-                shown = now - self._since
+                shown = (returned if returned is not None else now) - self._since
                 if not message.get("skip") and shown - message.get("lat", 0.0) > HOLD_ANSWERS:
                     message["shown"] = shown
                 self._since = now

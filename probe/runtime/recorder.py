@@ -19,6 +19,15 @@ A write that committed but did not land is kept aside; once a file at the path i
 the mark in it says whether that write is in it after all (a WAL checkpointed into the file as
 the old connection closed, a backup restored from after it), and only what is not goes out
 again with the next write.
+
+Beside the minutes, each op that returned is kept per server (``served``: the brick, OSD or
+MDS rank that served it, as the worker resolved it; ``unknown`` where the filesystem cannot
+say) in histograms per (target, op, server, minute), written as the ten minutes that hold
+them (``server_records.py``: rows merge) in the same transaction as their minutes, and
+buffered, put back and written again like them; while they wait they are merged per ten
+minutes, and dropped past the bound once every minute of their ten is. Skipped ticks, a skipped
+tick's wait and the age of a stuck op are not per server: no server is known until an op
+returns.
 """
 
 from __future__ import annotations
@@ -32,6 +41,7 @@ from collections.abc import Callable, Iterable
 from slowdown.analysis.histogram import Histogram
 from slowdown.analysis.store import Store
 from slowdown.analysis.store.records import MINUTE, NodeContext, Record, minute_of
+from slowdown.analysis.store.server_records import TEN, ServerRecord, ten_of
 
 log = logging.getLogger(__name__)
 
@@ -52,12 +62,14 @@ class Recorder:
         self._lock = threading.Lock()
         self._open: dict[tuple[str, str, int], Record] = {}
         self._node: dict[int, NodeContext] = {}
+        # Per-server latencies by (target, op, server, minute): taken with their minute.
+        self._served: dict[tuple[str, str, str, int], ServerRecord] = {}
         self._failing_since: float | None = None
         self.run = secrets.token_hex(8)  # this run's mark in the files it writes
         self._seq = 0  # the number of the last write attempted
         # Writes that committed into files no reader opens: (seq, records, nodes), until a file
         # at the path says whether each is in it.
-        self._unlanded: list[tuple[int, list[Record], list[NodeContext]]] = []
+        self._unlanded: list[tuple[int, list[Record], list[NodeContext], list[ServerRecord]]] = []
         self.written = 0
         self.dropped = 0
         self._floor = float("-inf")  # wall time before which nothing is recorded (steps back)
@@ -106,6 +118,25 @@ class Recorder:
                 if latency is not None:
                     rec.histogram.record(latency)
         self._notify("result", target, op, latency, wall, failed=failed)
+
+    def served(self, target: str, op: str, server: str, latency: float | None, wall: float,
+               failed: bool = False) -> None:
+        """The server that served an op just given to ``result`` (same latency, time and
+        failure): its per-server record of that minute."""
+        with self._lock:
+            self._check_step()
+            if wall < self._floor:
+                return  # counted in ``refused`` by its result
+            minute = minute_of(wall)
+            key = (target, op, server, minute)
+            rec = self._served.get(key)
+            if rec is None:
+                rec = self._served[key] = ServerRecord(self.host, target, op, server, minute,
+                                                       Histogram(self.scale))
+            if latency is None or failed:
+                rec.errors += 1
+            if latency is not None:
+                rec.histogram.record(latency)
 
     def waited(self, target: str, op: str, latency: float | None, wall: float,
                failed: bool = False) -> None:
@@ -181,9 +212,31 @@ class Recorder:
             nodes = [self._node.pop(t) for t in [t for t in self._node if t < before]]
         return records, nodes
 
-    def put_back(self, records: list[Record], nodes: list[NodeContext]) -> None:
-        """Return unwritten records, merging with anything recorded for them since."""
+    def take_servers(self, before: float) -> list[ServerRecord]:
+        """Remove and return the per-server records of minutes before ``before`` (and of
+        every closed minute), each of its minute (``by_ten`` makes the rows)."""
         with self._lock:
+            before = max(before, self._floor)
+            done = [k for k in self._served if k[3] < before]
+            return [self._served.pop(k) for k in done]
+
+    def put_back(self, records: list[Record], nodes: list[NodeContext],
+                 servers: Iterable[ServerRecord] = ()) -> None:
+        """Return unwritten records, merging with anything recorded for them since; the
+        per-server ones merged into their ten minutes (while the database cannot be written,
+        a filesystem of a hundred servers would otherwise keep a histogram per server and
+        minute: up to 720 a minute with two targets, 600 bytes each)."""
+        with self._lock:
+            for srv in servers:
+                ten = ten_of(srv.start)
+                key = (srv.target, srv.op, srv.server, ten)
+                kept = self._served.get(key)
+                if kept is None:
+                    self._served[key] = ServerRecord(srv.host, srv.target, srv.op, srv.server,
+                                                     ten, srv.histogram, srv.errors)
+                else:
+                    kept.histogram.merge(srv.histogram)
+                    kept.errors += srv.errors
             for rec in records:
                 key = (rec.target, rec.op, rec.start)
                 if key in self._open:
@@ -204,6 +257,9 @@ class Recorder:
                 del self._open[k]
             for t in [t for t in self._node if t <= cut]:
                 del self._node[t]
+            # Per-server records go by the ten minutes, once every minute of it is gone.
+            for k in [k for k in self._served if ten_of(k[3]) + TEN - MINUTE <= cut]:
+                del self._served[k]
             self.dropped += len(lost)
             log.error("database unwritable too long: dropped %d records up to minute %d",
                       len(lost), cut)
@@ -219,16 +275,18 @@ class Recorder:
         self.not_landed = self.failure = None
         before = float("inf") if everything else minute_of(now)
         records, nodes = self.take(before)
-        if not records and not nodes and not state and not self._unlanded:
+        servers = self.take_servers(before)
+        if not records and not nodes and not servers and not state and not self._unlanded:
             return True
         try:
             target = store() if callable(store) else store
-            records, nodes = self._with_unlanded(target, records, nodes)
+            records, nodes, tens = self._with_unlanded(target, records, nodes, by_ten(servers))
             self._seq += 1
             target.write(records, nodes, {**(state or {}),
-                                          WRITER: {"run": self.run, "seq": self._seq}})
+                                          WRITER: {"run": self.run, "seq": self._seq}},
+                         servers=tens)
         except Exception as exc:  # any database failure: keep the data, say why once
-            self.put_back(records, nodes)
+            self.put_back(records, nodes, servers)
             self.failure = str(exc)
             if self._failing_since is None:
                 self._failing_since = now
@@ -239,7 +297,7 @@ class Recorder:
             return False
         moved = getattr(target, "moved", lambda: None)()
         if moved is not None:  # committed into files that readers no longer open
-            self._unlanded.append((self._seq, records, nodes))
+            self._unlanded.append((self._seq, records, nodes, tens))
             self.not_landed = self.failure = moved
             return False
         if self._failing_since is not None:
@@ -254,26 +312,40 @@ class Recorder:
             self._refused_logged = self.refused
         return True
 
-    def _with_unlanded(self, store: Store, records: list[Record], nodes: list[NodeContext]
-                       ) -> tuple[list[Record], list[NodeContext]]:
-        """``records`` and ``nodes`` with every write that did not land and is not in
-        ``store``'s file either (its mark says how far this run's writes reached it)."""
+    def _with_unlanded(self, store: Store, records: list[Record], nodes: list[NodeContext],
+                       servers: list[ServerRecord]
+                       ) -> tuple[list[Record], list[NodeContext], list[ServerRecord]]:
+        """``records``, ``nodes`` and ``servers`` with every write that did not land and is
+        not in ``store``'s file either (its mark says how far this run's writes reached it)."""
         if not self._unlanded:
-            return records, nodes
+            return records, nodes, servers
         mark = store.state(WRITER) or {}
         reached = mark.get("seq", 0) if mark.get("run") == self.run else 0
-        missing = [(r, n) for seq, r, n in self._unlanded if seq > reached]
+        missing = [(r, n, s) for seq, r, n, s in self._unlanded if seq > reached]
         found = len(self._unlanded) - len(missing)
         if found:
             log.info("%d write(s) that seemed lost are in %s after all", found, store.path)
         self._unlanded = []
-        for r, n in missing:
-            records, nodes = r + records, n + nodes
-        return records, nodes
+        for r, n, s in missing:
+            records, nodes, servers = r + records, n + nodes, s + servers
+        return records, nodes, servers
 
     def pending_minutes(self) -> int:
         with self._lock:
             return len({k[2] for k in self._open})
 
 
-__all__ = ["MINUTE", "Recorder"]
+def by_ten(records: Iterable[ServerRecord]) -> list[ServerRecord]:
+    """Per-server records of minutes merged into the ten minutes that hold them (new
+    histograms: the minutes' stay as they were, to be put back if the write fails)."""
+    tens: dict[tuple[str, str, str, str, int], list[ServerRecord]] = {}
+    for rec in records:
+        key = (rec.host, rec.target, rec.op, rec.server, ten_of(rec.start))
+        tens.setdefault(key, []).append(rec)
+    return [ServerRecord(*key, Histogram.merged([r.histogram for r in recs],
+                                                recs[0].histogram.scale),
+                         sum(r.errors for r in recs))
+            for key, recs in tens.items()]
+
+
+__all__ = ["MINUTE", "Recorder", "by_ten"]

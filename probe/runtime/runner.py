@@ -15,6 +15,9 @@ With an ``owner`` (the service), the worker holds the workspace's lock
 (``locks/workspace_lock.py``); a replacement is started as the ``successor`` of the stuck one, which
 keeps the lock until its call returns. What the worker says of the lock is kept in ``lock_state``;
 ``held`` (another service probes the workspace) is handed to ``on_held``.
+Each op that returns goes to the recorder with the server that served it, as the worker says
+(``server``; ``unknown`` when it does not): its per-server record. The waits of skipped ticks
+and the age of an op cut off count per op only: no server is known until an op returns.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from slowdown.analysis.store.server_records import UNKNOWN
 from slowdown.probe.locks.lock_file import LockHolder
 from slowdown.probe.locks.workspace_lock import holder_text, owner_environ
 from slowdown.probe.probes import probe_ops
@@ -304,7 +308,8 @@ class TargetRunner:
                     pass
                 elif "err" in message:
                     hung = self._hung(message)
-                    self._returned(flight, op, hung, wall, failed=True)
+                    self._returned(flight, op, hung, wall, failed=True,
+                                   server=_server_of(message))
                     self.status.errors += 1
                     before = self.status.last.get(op) or {}  # failing since: its streak's start
                     since = before.get("since", before.get("at")) if "err" in before else wall
@@ -313,7 +318,7 @@ class TargetRunner:
                     self._log_error(op, message, hung)
                 else:
                     latency = max(float(message["lat"]), self._shown(message) or 0.0)
-                    self._returned(flight, op, latency, wall)
+                    self._returned(flight, op, latency, wall, server=_server_of(message))
                     self.status.last[op] = {"lat": latency, "at": wall}
             elif message.get("end") and flight is not None and message.get("tick") == flight.tick:
                 worker.in_flight = None
@@ -390,10 +395,12 @@ class TargetRunner:
             self.recorder.waited(self.name, done, latency, wall, failed=failed)
 
     def _returned(self, flight: InFlight, op: str, latency: float | None, wall: float,
-                  failed: bool = False) -> None:
-        """An op of ``flight`` returned: its result, and once more for each tick it made
-        skip (``_waited``)."""
+                  failed: bool = False, server: str | None = None) -> None:
+        """An op of ``flight`` returned: its result (and its server's, when the worker said
+        which one served it), and once more for each tick it made skip (``_waited``)."""
         self.recorder.result(self.name, op, latency, wall, failed=failed)
+        if server is not None:
+            self.recorder.served(self.name, op, server, latency, wall, failed=failed)
         flight.done[op] = (latency, failed)
         for at, stuck_op, age in flight.skips:
             value = latency if latency is None or op != stuck_op else max(latency, age)
@@ -441,3 +448,9 @@ class TargetRunner:
     def _reap(self) -> None:
         """Forget abandoned workers that have exited (called under the lock)."""
         self._abandoned = [h for h in self._abandoned if not h.reap()]
+
+
+def _server_of(message: dict) -> str:
+    """The server a worker's op line names (``unknown`` when it names none)."""
+    server = message.get("server")
+    return server if isinstance(server, str) and server else UNKNOWN

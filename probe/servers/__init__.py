@@ -22,7 +22,8 @@ from typing import ClassVar
 from slowdown.analysis.store.server_records import UNKNOWN
 
 # The modules of this release's resolvers.
-BUILTIN: tuple[str, ...] = ("slowdown.probe.servers.ceph", "slowdown.probe.servers.lustre")
+BUILTIN: tuple[str, ...] = ("slowdown.probe.servers.gluster", "slowdown.probe.servers.ceph",
+                            "slowdown.probe.servers.lustre")
 
 REFRESH_EVERY = 3600.0  # seconds: a cached layout or map is asked again at most this often
 
@@ -68,6 +69,12 @@ def register(cls: type[Resolver]) -> type[Resolver]:
     return cls
 
 
+def unregister(cls: type[Resolver]) -> None:
+    """Take an added resolver class out (a test's, when the test ends)."""
+    if cls in _REGISTRY:
+        _REGISTRY.remove(cls)
+
+
 def registered() -> list[type[Resolver]]:
     """The resolver classes, built-in ones first."""
     if not getattr(registered, "_loaded", False):
@@ -86,4 +93,4 @@ def for_mount(target: Path, fstype: str | None) -> Resolver:
 
 
 __all__ = ["BUILTIN", "REFRESH_EVERY", "UNKNOWN", "Resolver", "Unknown", "for_mount",
-           "register", "registered"]
+           "register", "registered", "unregister"]

@@ -1,6 +1,6 @@
-"""A GlusterFS testbed: a replicated volume on loop-mounted ext4 bricks, client nodes as
-namespaces with their own host names and mounts, each running the real probing service, and
-the IO500 phases as load from a node that does not probe.
+"""A GlusterFS testbed: a replicated volume (or a distribute one) on loop-mounted ext4 bricks,
+client nodes as namespaces with their own host names and mounts, each running the real probing
+service, and the IO500 phases as load from a node that does not probe.
 
 Everything it makes carries one unique prefix and is recorded as it is made; leaving the
 testbed (even through a failing test) reaps its processes, unmounts, stops and deletes its

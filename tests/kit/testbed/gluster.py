@@ -1,5 +1,6 @@
 """The server side of the testbed: our own glusterd, bricks on loop-mounted ext4 images, one
-replicated volume; and the ledger of everything made, so that cleanup touches nothing else.
+volume (replica 2 on two bricks, or distribute over four with ``replica=1``); and the ledger
+of everything made, so that cleanup touches nothing else.
 
 Facts behind the choices (GlusterFS 10.3, Debian 12):
 - glusterd listens on port 24007 and keeps its sockets in /var/run/gluster: one per machine.
@@ -9,6 +10,13 @@ Facts behind the choices (GlusterFS 10.3, Debian 12):
 - Bricks (glusterfsd) and the self-heal daemon are started by glusterd and daemonize; they are
   found by their command lines, which name our volume, and reaped by PID.
 - A brick frozen with SIGSTOP would hang ``volume stop``: cleanup sends SIGCONT first.
+- A slow brick server: its glusterfsd in a cpu cgroup of its own with a CFS quota (cgroup v1's
+  ``cpu.cfs_quota_us``: this kernel has no ``cpu.max``), named after the prefix and removed by
+  ``clean`` once the brick is gone. A quota alone hardly slows a brick that probes keep busy
+  for well under a millisecond a second (measured: 5 %, 1 % and 0.5 % of a CPU over a second
+  left md ops on it at 0.5-0.9 ms); a busy loop in the same group (``busy``), as other work
+  on a loaded server, uses each period's quota up, and the brick's requests then wait for the
+  next period (5 %: md-stat, md-read, md-delete 50-100 ms against 0.5-2 ms on the others).
 """
 
 from __future__ import annotations
@@ -27,6 +35,7 @@ from pathlib import Path
 
 from tests.kit.faultfs.mounts import mount_fstype, wait_unmounted
 
+CPU_CGROUPS = Path("/sys/fs/cgroup/cpu")
 LOCK_FILE = Path("/run/lock/slowdown-testbed.lock")
 GLUSTERD_VOL = """volume management
     type mgmt/glusterd
@@ -112,6 +121,7 @@ class Ledger:
     volume: str | None = None
     glusterd: subprocess.Popen | None = None
     files: list[Path] = field(default_factory=list)  # made by glusterd for our volume
+    cgroups: list[Path] = field(default_factory=list)  # made to slow a brick down
 
 
 def recovered(base: Path) -> Ledger:
@@ -125,6 +135,7 @@ def recovered(base: Path) -> Ledger:
                                                          .replace("/", "-") + ".log")
                     for m in ledger.brick_mounts]
     ledger.files += volume_files(prefix) + sockets(prefix)
+    ledger.cgroups = sorted(CPU_CGROUPS.glob(f"{prefix}-*"))
     return ledger
 
 
@@ -181,12 +192,20 @@ def foreign_glusterd() -> list[int]:
 
 
 class Server:
-    """glusterd and one replica-2 volume on two ext4 loop images, all under ``ledger.base``."""
+    """glusterd and one volume on ext4 loop images, all under ``ledger.base``: replica 2 on
+    two bricks (``replica=2``, the default), or distribute on ``bricks`` bricks (``replica=1``:
+    each file on one brick, by the hash of its name)."""
 
-    def __init__(self, ledger: Ledger, brick_mib: int = 4096) -> None:
+    def __init__(self, ledger: Ledger, brick_mib: int = 4096, bricks: int = 2,
+                 replica: int = 2) -> None:
+        if replica < 1 or bricks % replica:
+            raise ValueError(f"{bricks} bricks do not make replica-{replica} sets")
         self.ledger = ledger
         self.brick_mib = brick_mib
+        self.bricks = bricks
+        self.replica = replica
         self.host = socket.gethostname()
+        self._busy: dict[int, subprocess.Popen] = {}  # brick pid -> the busy loop beside it
 
     @property
     def volume(self) -> str:
@@ -201,9 +220,10 @@ class Server:
                 "runs one glusterd per machine (port 24007, /var/run/gluster): stop it or use "
                 "another machine")
         self._start_glusterd()
-        bricks = [self._brick(n) for n in (1, 2)]
+        bricks = [self._brick(n) for n in range(1, self.bricks + 1)]
         name = self.ledger.prefix
-        gluster("volume", "create", name, "replica", "2",
+        replicas = ["replica", str(self.replica)] if self.replica > 1 else []
+        gluster("volume", "create", name, *replicas,
                 *[f"{self.host}:{b}" for b in bricks], "force")
         self.ledger.volume = name
         for b in bricks:  # the brick logs glusterd names after the brick path
@@ -259,6 +279,32 @@ class Server:
                 found[path] = int(pid)
         return found
 
+    def slow_down(self, pid: int, percent: float, busy: bool = True) -> Path:
+        """Hold a brick's glusterfsd (every thread) to ``percent`` of one CPU: a cpu cgroup of
+        its own with a CFS quota, removed by ``clean``; ``busy``: with a busy loop beside it
+        in the group that uses the quota up (a loaded server), named after the prefix."""
+        group = CPU_CGROUPS / f"{self.ledger.prefix}-{pid}"
+        group.mkdir()
+        self.ledger.cgroups.append(group)
+        (group / "cpu.cfs_period_us").write_text("100000")
+        (group / "cpu.cfs_quota_us").write_text(str(int(1000 * percent)))
+        (group / "cgroup.procs").write_text(str(pid))  # the process with all its threads
+        if busy:
+            loop = subprocess.Popen(["sh", "-c", "while :; do :; done",
+                                     f"{self.ledger.prefix}-busy"])
+            self._busy[pid] = loop
+            (group / "cgroup.procs").write_text(str(loop.pid))
+        return group
+
+    def release(self, pid: int) -> None:
+        """A brick's server back in the root cpu cgroup, at full speed, its busy loop ended."""
+        with contextlib.suppress(ProcessLookupError, OSError):
+            (CPU_CGROUPS / "cgroup.procs").write_text(str(pid))
+        loop = self._busy.pop(pid, None)
+        if loop is not None:
+            loop.kill()
+            loop.wait()
+
     def restart_bricks(self) -> None:
         """Start the bricks that are down (``volume start force``), as an admin would."""
         gluster("volume", "start", self.volume, "force", timeout=60)
@@ -274,6 +320,8 @@ class Server:
             except Exception as exc:  # go on: the rest must still be undone
                 problems.append(f"{what}: {exc}")
 
+        for pid in list(self._busy):
+            attempt(f"release {pid}", self.release, pid)
         for pid in pids_mentioning(prefix):  # a frozen brick would hang volume stop
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGCONT)
@@ -289,6 +337,8 @@ class Server:
             except subprocess.TimeoutExpired:
                 ledger.glusterd.kill()
                 ledger.glusterd.wait()
+        for group in ledger.cgroups:  # empty once its processes are gone
+            attempt(f"cgroup {group}", _remove_cgroup, group)
         for point in reversed(ledger.brick_mounts):
             attempt(f"umount {point}", _unmount, point)
         for image in ledger.images:
@@ -304,6 +354,17 @@ def _unmount(point: Path) -> None:
     if sh("umount", str(point), check=False).returncode != 0:
         sh("umount", "-l", str(point))
     wait_unmounted(point, timeout=30)
+
+
+def _remove_cgroup(group: Path) -> None:
+    deadline = time.monotonic() + 10  # a killed process leaves its cgroup a moment later
+    while group.exists():
+        try:
+            group.rmdir()
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
 
 
 def _detach(image: Path) -> None:
@@ -336,6 +397,7 @@ def prefix_leftovers(prefix: str, files: Iterable[Path]) -> list[str]:
 def leftovers(ledger: Ledger) -> list[str]:
     """Anything of ours still there: processes, mounts, loop devices, files."""
     found = prefix_leftovers(ledger.prefix, ledger.files)
+    found += [f"cgroup {g}" for g in CPU_CGROUPS.glob(f"{ledger.prefix}-*")]
     if ledger.glusterd is not None and ledger.glusterd.poll() is None:
         found.append(f"glusterd {ledger.glusterd.pid}")
     if ledger.base.exists():

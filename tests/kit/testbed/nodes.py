@@ -105,19 +105,20 @@ def _terminated(_signum: int, _frame: object) -> None:
 
 
 class Testbed:
-    """``with Testbed(nodes=2) as bed:``: a volume, ``bed.nodes`` probing, ``bed.load(...)``."""
+    """``with Testbed(nodes=2) as bed:``: a volume, ``bed.nodes`` probing, ``bed.load(...)``;
+    ``bricks=4, replica=1``: a distribute volume of four bricks instead of replica 2."""
 
     __test__ = False  # not a test class, whatever its name
     target = TARGET
 
     def __init__(self, nodes: int = 2, directory: Path | None = None, brick_mib: int = 4096,
                  ping_timeout: int | None = None, lock_wait: float = 600,
-                 pool_files: int = 2000) -> None:
+                 pool_files: int = 2000, bricks: int = 2, replica: int = 2) -> None:
         prefix = f"sdtb{os.getpid()}{secrets.token_hex(3)}"
         base = Path(tempfile.mkdtemp(prefix=f"{prefix}-", dir=directory or "/var/tmp"))
         base = base.rename(base.with_name(prefix))  # the prefix alone names the directory
         self.ledger = Ledger(prefix, base)
-        self.server = Server(self.ledger, brick_mib)
+        self.server = Server(self.ledger, brick_mib, bricks, replica)
         self.lock = MachineLock(lock_wait)
         self.ping_timeout = ping_timeout
         self.node_count = nodes

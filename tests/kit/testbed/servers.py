@@ -1,0 +1,77 @@
+"""What the nodes measured per server, read from their databases' ``server_tens`` and merged
+over the nodes (bucket counts add up exactly); a period's own counts are the difference of two
+readings taken at its ends. And where a file of the volume really is: the brick whose
+directory holds it (not a DHT link file), seen from the server side, not from the client's
+``pathinfo`` the probe uses.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import stat
+from collections import Counter
+from collections.abc import Iterable
+from pathlib import Path
+
+from slowdown.analysis.histogram import Histogram, codec
+from slowdown.analysis.histogram.buckets import BucketCounts
+
+Counts = dict[tuple[str, str], Counter]  # (op, server) -> bucket index -> count (0: zeros)
+ZERO = "zero"
+
+
+def read_counts(databases: Iterable[Path]) -> tuple[Counts, int]:
+    """Every node's per-server counts merged, and the histograms' scale (one for all)."""
+    merged: Counts = {}
+    scales = set()
+    for db in databases:
+        with sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=30) as conn:
+            rows = conn.execute(
+                "SELECT s.op, s.server, t.hist FROM server_tens t "
+                "JOIN server_series s ON s.id = t.series").fetchall()
+        for op, server, blob in rows:
+            scale, zero, counts, _ = codec.decode_pairs(blob)
+            scales.add(scale)
+            into = merged.setdefault((op, server), Counter())
+            into.update(counts)
+            into[ZERO] += zero
+    if len(scales) > 1:
+        raise AssertionError(f"the nodes' histograms have several scales: {scales}")
+    return merged, scales.pop() if scales else 0
+
+
+def minus(after: Counts, before: Counts) -> Counts:
+    """What was added between two readings."""
+    return {key: c - before.get(key, Counter()) for key, c in after.items()}
+
+
+def probes(counts: Counter) -> int:
+    return sum(counts.values())
+
+
+def quantile(counts: Counter, scale: int, q: float) -> float:
+    """The ``q``-quantile of merged bucket counts (NaN when empty)."""
+    h = Histogram(scale)
+    buckets = {int(i): n for i, n in counts.items() if i != ZERO and n > 0}
+    h.buckets = BucketCounts(buckets)
+    h.zero_count = counts.get(ZERO, 0)
+    h.count = h.zero_count + sum(buckets.values())
+    h.min, h.max = 0.0, float("inf")
+    return h.quantile(q)
+
+
+def brick_holding(bricks: Iterable[str], relative: str) -> str:
+    """The brick directory that holds the data of ``relative`` (a path in the volume): a
+    regular file there that is not a DHT link file (mode ``---------T``, no data)."""
+    found = []
+    for brick in bricks:
+        try:
+            st = os.stat(Path(brick) / relative)
+        except FileNotFoundError:
+            continue
+        if stat.S_ISREG(st.st_mode) and stat.S_IMODE(st.st_mode) != stat.S_ISVTX:
+            found.append(brick)
+    if len(found) != 1:
+        raise AssertionError(f"{relative} is on bricks {found}, not on one")
+    return found[0]
