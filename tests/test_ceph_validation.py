@@ -3,7 +3,9 @@ names and ceph-fuse mounts under an ordinary client key) prepare and run unchang
 quiet period that makes the baseline, the md ops' 1m median slowdown, as
 ``slowdown --op 'md-*'`` shows it (its worst op), stays < 1.5 in the quiet minute. Then the
 active MDS is killed with a standby present: while the standby takes over, the nodes show an
-md op in flight (stuck), and they recover without a restart. The testbed leaves nothing behind.
+md op in flight (stuck), and they recover without a restart. Each op's server is named in the
+nodes' per-server records: md ops ``mds.0``, data ops the OSDs of their objects. The testbed
+leaves nothing behind.
 
 The mdtest-hard burst of the paper's validation (>= 2 on both nodes during it) is
 tests/long/test_ceph_burst_long.py: on this 2-core machine it reached 2 in only 2 of 5 runs
@@ -11,18 +13,20 @@ tests/long/test_ceph_burst_long.py: on this 2-core machine it reached 2 in only 
 
 from __future__ import annotations
 
+import re
 import socket
 import time
 
 import pytest
 
-from slowdown.analysis.words import MD_OPS
+from slowdown.analysis.words import DATA_OPS, MD_OPS
 from tests.kit.iorkit import sleep_until
 from tests.kit.testbed.ceph import MON_PORTS
 from tests.kit.testbed.cephbed import CephTestbed
 from tests.kit.testbed.cephwatch import mds_failover
 from tests.kit.testbed.gluster import TestbedRefused
 from tests.kit.testbed.results import per_minute, rebaseline
+from tests.kit.testbed.servers import servers_by_op
 
 pytestmark = [pytest.mark.root, pytest.mark.slow, pytest.mark.testbed,
               pytest.mark.timeout(420)]
@@ -40,6 +44,7 @@ def test_two_nodes_probe_cephfs_quietly_and_ride_out_an_mds_failover(root_only) 
         sleep_until(quiet + 63)  # the quiet minute flushed, before the failover
         seen = {node.name: per_minute(node.config, quiet, quiet + 60, "median")[0]
                 for node in bed.nodes}
+        served = {node.name: servers_by_op(node.database) for node in bed.nodes}
         failover, recovered, stalled = mds_failover(bed)
         running = {node.name: node.proc.poll() is None for node in bed.nodes}
         outputs = {node.name: node.output() for node in bed.nodes}
@@ -54,6 +59,14 @@ def test_two_nodes_probe_cephfs_quietly_and_ride_out_an_mds_failover(root_only) 
         assert None not in before.values(), (name, minutes)
         assert max(before.values()) < 1.5, (name, before, outputs[name][-2000:])
     assert all(running.values()), (running, outputs)
+    for name, by_op in served.items():  # which server: the one MDS rank, the objects' OSDs
+        print(name, "servers", {op: sorted(s) for op, s in by_op.items()})
+        for op in MD_OPS:
+            assert "mds.0" in by_op[op] and by_op[op] <= {"mds.0", "unknown"}, (name, by_op)
+        for op in DATA_OPS:  # unknown only while the monitors' first answer is on its way
+            named = by_op[op] - {"unknown"}
+            assert named and all(re.fullmatch(r"osd\.\d+(\+osd\.\d+)*", s) for s in named), \
+                (name, by_op)
     for name, age in stalled.items():  # the MDS gone: an md op in flight while it lasts
         assert age >= min(5.0, failover / 2), (name, stalled, failover)
 

@@ -7,6 +7,7 @@ uses up, as on a loaded server), that brick's median clearly above each of the o
 the ops its files alone serve (md-write and data-read far above, md-delete above; data-read
 where other bricks hold a node's data file too), and each node's data ops attributed to the
 brick that holds its data file. md-stat is slowed on every brick alike (``ABOVE``'s note).
+``slowdown servers`` calls no brick slow, quiet, and none but the slowed one with it.
 The testbed leaves nothing behind (about 3 minutes).
 """
 
@@ -22,7 +23,15 @@ from slowdown.analysis.store.live import live_path
 from slowdown.analysis.words import DATA_OPS, MD_OPS
 from tests.kit.iorkit import sleep_until
 from tests.kit.testbed.nodes import Testbed
-from tests.kit.testbed.servers import brick_holding, minus, probes, quantile, read_counts
+from tests.kit.testbed.servers import (
+    brick_holding,
+    minus,
+    probes,
+    quantile,
+    read_counts,
+    servers_words,
+    slow_ones,
+)
 
 pytestmark = [pytest.mark.root, pytest.mark.slow, pytest.mark.testbed,
               pytest.mark.timeout(420)]
@@ -65,10 +74,12 @@ def test_a_slowed_brick_stands_above_the_others_in_the_nodes_per_server_records(
         slowing = (int(time.time() + QUIET_FOR) // 60 + 1) * 60 + 3
         sleep_until(slowing)
         before, scale = read_counts(databases)
+        quiet_words = servers_words(databases)  # the command's words, quiet
         slowed = brick_holding(bricks, f"slowdown/.slowdown/{bed.nodes[0].name}/data.bin")
         bed.server.slow_down(pids[slowed], QUOTA)
         sleep_until(slowing + 60)
         after = read_counts(databases)[0]
+        slow_words = servers_words(databases)  # its tens hold the quiet minutes too
         bed.server.release(pids[slowed])
         held = {n.name: brick_holding(bricks, f"slowdown/.slowdown/{n.name}/data.bin")
                 for n in bed.nodes}
@@ -101,3 +112,10 @@ def test_a_slowed_brick_stands_above_the_others_in_the_nodes_per_server_records(
         if slowed in slow and others and slow[slowed] <= factor * max(others):
             problems.append(("slow", op, slowed, slow))
     assert not problems, (problems, outputs)
+    # slowdown servers: quiet, no brick slow; with the slowed minute, none but that brick (its
+    # ten minutes hold the quiet minutes too, so naming it is the long form's, aligned to tens:
+    # tests/long/test_gluster_servers_long.py).
+    print("servers, quiet:", {k[-14:]: v["word"] for k, v in quiet_words.items()},
+          "slowed:", {k[-14:]: v["word"] for k, v in slow_words.items()})
+    assert slow_ones(quiet_words) == [], quiet_words
+    assert set(slow_ones(slow_words)) <= {names[slowed]}, slow_words

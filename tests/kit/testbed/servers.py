@@ -7,9 +7,12 @@ directory holds it (not a DHT link file), seen from the server side, not from th
 
 from __future__ import annotations
 
+import json
 import os
 import sqlite3
 import stat
+import subprocess
+import sys
 from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
@@ -39,6 +42,33 @@ def read_counts(databases: Iterable[Path]) -> tuple[Counts, int]:
     if len(scales) > 1:
         raise AssertionError(f"the nodes' histograms have several scales: {scales}")
     return merged, scales.pop() if scales else 0
+
+
+def servers_by_op(database: Path) -> dict[str, set[str]]:
+    """Each op's servers in one node's per-server records."""
+    with sqlite3.connect(f"file:{database}?mode=ro", uri=True, timeout=30) as conn:
+        rows = conn.execute("SELECT DISTINCT op, server FROM server_series").fetchall()
+    out: dict[str, set[str]] = {}
+    for op, server in rows:
+        out.setdefault(op, set()).add(server)
+    return out
+
+
+def servers_words(databases: Iterable[Path], since: str = "10m") -> dict[str, dict]:
+    """``slowdown servers --json`` over the nodes' files: each server's object by name."""
+    argv = [sys.executable, "-m", "slowdown.analysis.cli.main", "servers", "--json",
+            "--since", since]
+    for db in databases:
+        argv += ["--db", str(db)]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    if done.returncode != 0:
+        raise AssertionError(f"slowdown servers: exit {done.returncode}: {done.stderr}")
+    return {row["server"]: row for row in json.loads(done.stdout)}
+
+
+def slow_ones(words: dict[str, dict]) -> list[str]:
+    """The servers ``slowdown servers`` calls slow."""
+    return sorted(name for name, row in words.items() if row["word"] == "slow")
 
 
 def minus(after: Counts, before: Counts) -> Counts:
