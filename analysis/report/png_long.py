@@ -176,7 +176,8 @@ def timeline(target: str, long: dict, o: dict) -> bytes:
     _latency(ax)
     ax.set_xlim(_when(d["start"]), _when(d["end"]))
     _time_axis(ax)
-    ax.legend(fontsize=8, ncol=4, loc="lower left")
+    ax.legend(fontsize=8, ncol=4, loc="lower right", bbox_to_anchor=(1, 1), frameon=False,
+              borderaxespad=0)  # above the axes: a level at the bottom stays in sight
     ax.set_title(f"{target} {o['op']}: {format_duration(d['step'])} statistics"
                  + (f"; change points ({len(d['changes'])})" if d["changes"] else ""),
                  loc="left", fontsize=10)
