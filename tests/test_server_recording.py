@@ -148,6 +148,41 @@ def test_per_server_records_wait_with_the_minutes_and_are_written_once(tmp_path)
     assert [r[3:7] for r in server_rows(db)] == [("b3", T0, 4, 0)] and minutes == 4
 
 
+class Staged:
+    """A database whose first write lands in a file readers no longer open (moved away),
+    whose next write fails, and whose later writes land."""
+
+    def __init__(self, real: Store, aside: Store) -> None:
+        self.real, self.aside, self.path = real, aside, real.path
+        self.mode = "moved"
+
+    def state(self, key):
+        return self.real.state(key)
+
+    def write(self, records, nodes=(), state=None, servers=()):
+        if self.mode == "fail":
+            raise sqlite3.OperationalError("disk I/O error")
+        into = self.aside if self.mode == "moved" else self.real
+        return into.write(records, nodes, state, servers=servers)
+
+    def moved(self):
+        return "the file was moved away" if self.mode == "moved" else None
+
+
+def test_a_write_that_did_not_land_keeps_its_per_server_records_through_a_failed_one(tmp_path):
+    recorder = Recorder("n1")
+    with Store(tmp_path / "n1.db") as real, Store(tmp_path / "moved.db") as aside:
+        store = Staged(real, aside)
+        for m, mode in enumerate(("moved", "fail", "ok")):
+            store.mode = mode
+            recorder.result("g", "md-write", 0.002, T0 + 60 * m + 1)
+            recorder.served("g", "md-write", "b2", 0.002, T0 + 60 * m + 1)
+            assert recorder.flush(store, T0 + 60 * (m + 1) + 1) == (mode == "ok")
+        minutes = real.conn.execute("SELECT sum(count) FROM minutes").fetchone()[0]
+    assert minutes == 3
+    assert [r[3:7] for r in server_rows(tmp_path / "n1.db")] == [("b2", T0, 3, 0)]
+
+
 def test_per_server_records_wait_per_ten_and_go_once_their_ten_is_past_the_bound():
     recorder = Recorder("n1", max_buffered_minutes=2)
     store = Failing(None)  # type: ignore[arg-type]

@@ -278,6 +278,7 @@ class Recorder:
         servers = self.take_servers(before)
         if not records and not nodes and not servers and not state and not self._unlanded:
             return True
+        tens: list[ServerRecord] | None = None  # with the unlanded writes', once merged in
         try:
             target = store() if callable(store) else store
             records, nodes, tens = self._with_unlanded(target, records, nodes, by_ten(servers))
@@ -286,7 +287,7 @@ class Recorder:
                                           WRITER: {"run": self.run, "seq": self._seq}},
                          servers=tens)
         except Exception as exc:  # any database failure: keep the data, say why once
-            self.put_back(records, nodes, servers)
+            self.put_back(records, nodes, servers if tens is None else tens)
             self.failure = str(exc)
             if self._failing_since is None:
                 self._failing_since = now
