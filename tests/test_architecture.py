@@ -164,3 +164,16 @@ def test_tests_and_bench_do_not_import_each_other():
              for name in _all_imports(path)
              if name.split(".")[0] in forbidden[module.split(".")[0]]]
     assert not wrong, "\n".join(wrong)
+
+
+def test_every_package_is_installed():
+    """A package left out of setup.cfg works in an editable install and in no other: a
+    package's service would fail every op on an ImportError in its worker."""
+    import configparser
+
+    cfg = configparser.ConfigParser()
+    cfg.read(ROOT / "setup.cfg")
+    listed = set(cfg["options"]["packages"].split())
+    found = {".".join([TOPS[top], *init.parent.relative_to(ROOT / top).parts])
+             for top in TOPS for init in (ROOT / top).rglob("__init__.py")}
+    assert found == listed, (sorted(found - listed), sorted(listed - found))
