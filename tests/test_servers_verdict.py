@@ -10,12 +10,10 @@ from pathlib import Path
 
 import numpy as np
 
-from slowdown.analysis.cli.main import main
 from slowdown.analysis.histogram import Histogram
 from slowdown.analysis.store import Store
 from slowdown.analysis.store.server_records import ServerRecord
-from tests.kit.cli_runner import runner
-from tests.kit.verdictkit import AT, HOSTS, MINUTES, T0, host_db
+from tests.kit.verdictkit import AT, HOSTS, MINUTES, T0, host_db, n0_config, show
 
 SLOW_TEN = T0 + (MINUTES - 10) * 60  # the last ten minutes of the kit's data, a whole ten
 BRICKS = [f"h{i}:/bricks/b{i}" for i in range(1, 5)]
@@ -44,17 +42,7 @@ def fleet(tmp_path: Path, servers: bool) -> Path:
         host_db(shared / f"{host}.db", host, 10.0)
         if servers:
             add_servers(shared / f"{host}.db", host)
-    config = tmp_path / "n0.toml"
-    config.write_text(f'host = "n0"\ndatabase = "{shared / "n0.db"}"\n'
-                      f'[[target]]\nname = "work"\npath = "{tmp_path}"\n'
-                      f'[fleet]\ndatabases = "{shared}/*.db"\n')
-    return config
-
-
-def show(config: Path, *args: str) -> str:
-    result = runner().invoke(main, ["--config", str(config), *args, "--at", f"@{AT}"])
-    assert result.exit_code == 0, result.output + result.stderr
-    return result.output
+    return n0_config(tmp_path, shared)
 
 
 def test_the_filesystem_verdict_names_the_slow_brick(tmp_path):

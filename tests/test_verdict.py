@@ -13,7 +13,6 @@ from pathlib import Path
 import pytest
 
 from slowdown.analysis.alerts import evaluate
-from slowdown.analysis.cli.main import main
 from slowdown.analysis.config import ConfigError, loads
 from slowdown.analysis.stats.verdict import (
     DEFAULT_MIN_PEERS,
@@ -25,8 +24,7 @@ from slowdown.analysis.stats.verdict import (
     decide,
 )
 from slowdown.analysis.store import Store
-from tests.kit.cli_runner import runner
-from tests.kit.verdictkit import AT, HOSTS, MINUTES, host_db
+from tests.kit.verdictkit import AT, HOSTS, MINUTES, host_db, n0_config, show
 
 
 def fleet(tmp_path: Path, slow: dict[str, float], minutes: dict[str, int] | None = None
@@ -38,17 +36,7 @@ def fleet(tmp_path: Path, slow: dict[str, float], minutes: dict[str, int] | None
     for host in HOSTS:
         host_db(shared / f"{host}.db", host, slow.get(host, 1.0),
                 (minutes or {}).get(host, MINUTES), load1=3.5 if host == "n0" else 0.5)
-    config = tmp_path / "n0.toml"
-    config.write_text(f'host = "n0"\ndatabase = "{shared / "n0.db"}"\n'
-                      f'[[target]]\nname = "work"\npath = "{tmp_path}"\n'
-                      f'[fleet]\ndatabases = "{shared}/*.db"\n')
-    return config
-
-
-def show(config: Path, *args: str) -> str:
-    result = runner().invoke(main, ["--config", str(config), *args, "--at", f"@{AT}"])
-    assert result.exit_code == 0, result.output + result.stderr
-    return result.output
+    return n0_config(tmp_path, shared)
 
 
 def verdict_json(config: Path) -> dict:

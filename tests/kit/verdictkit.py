@@ -43,3 +43,23 @@ def host_db(path: Path, host: str, slow: float = 1.0, minutes: int = MINUTES,
         store.write(records, node)
         baseline.rebaseline(store, start + 3600, "first hour", start, start + 3600)
     return path
+
+
+def n0_config(tmp_path: Path, shared: Path) -> Path:
+    """The configuration of node n0, whose own database is ``shared/n0.db`` and whose fleet
+    is every file in ``shared``."""
+    config = tmp_path / "n0.toml"
+    config.write_text(f'host = "n0"\ndatabase = "{shared / "n0.db"}"\n'
+                      f'[[target]]\nname = "work"\npath = "{tmp_path}"\n'
+                      f'[fleet]\ndatabases = "{shared}/*.db"\n')
+    return config
+
+
+def show(config: Path, *args: str) -> str:
+    """``slowdown --config CONFIG ARGS --at AT``'s output (it must succeed)."""
+    from slowdown.analysis.cli.main import main
+    from tests.kit.cli_runner import runner
+
+    result = runner().invoke(main, ["--config", str(config), *args, "--at", f"@{AT}"])
+    assert result.exit_code == 0, result.output + result.stderr
+    return result.output
