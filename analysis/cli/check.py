@@ -195,8 +195,8 @@ def check(ctx, dbs, targets, hosts, ops, at, window, statistic, warning, critica
             continue
         value = ts.value
         failing = _worst_errors(ts)
-        gone = failing_now_note([s for s in reader.services() if target in s.targets], target,
-                                reader.now)  # every op failing now: before a window shows it
+        probing = [s for s in reader.services() if target in s.targets]
+        gone = failing_now_note(probing, target, reader.now)  # before a window shows it
         if value is None and (failing is None or not failing.error_rate) and not gone:
             levels.append(UNKNOWN)
             parts.append(f"{target} no data")
@@ -219,8 +219,7 @@ def check(ctx, dbs, targets, hosts, ops, at, window, statistic, warning, critica
         if gone:
             levels.append(CRITICAL)
             text.append(gone)
-        full = space_notes([s for s in reader.services() if target in s.targets], target,
-                           full_level)
+        full = space_notes(probing, target, full_level)
         if full:  # every user's write fails there: the probe's overwrites may not show it
             levels.append(CRITICAL)
             text += full
