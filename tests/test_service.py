@@ -122,7 +122,9 @@ def test_a_hung_target_reads_as_slow_and_never_delays_the_other(tmp_path):
     completed = sum(r.histogram.count for r in healthy_ops)
     expected = stopped_at - started - 2  # the first tick comes within two seconds
     assert completed >= 0.99 * expected, (completed, expected)
-    assert sum(r.skipped for r in healthy_ops) == 0
+    # A hang that delayed the healthy target would skip its ticks for 40 s; one op of its own
+    # over a second (a local disk on a machine busy with other jobs) skips one.
+    assert sum(r.skipped for r in healthy_ops) <= 0.01 * expected, healthy_ops
     hung_recs = records(database, targets=("hung",))
     assert max(r.stuck for r in hung_recs) >= 30, "no minute recorded the stuck age"
     longest = max(r.histogram.max for r in hung_recs if r.histogram.count)

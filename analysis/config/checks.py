@@ -94,6 +94,8 @@ class _Checker(_AlertChecks):
     """Walks the parsed document: the top-level keys, [baseline], [[target]] and [metrics]
     here, [[alert]] in :class:`_AlertChecks`; every mistake is kept with its key and line."""
 
+    targets_required = True  # the service needs one; a command that only reads does not
+
     def config(self, data: Mapping[str, Any]) -> Config | None:
         self.unknown_keys(data, _TOP_KEYS, ())
         host = self.get(data, "host", (), _as_name, None)
@@ -197,7 +199,9 @@ class _Checker(_AlertChecks):
     def targets(self, data: Mapping[str, Any]) -> list[Target]:
         entries = self.array_of_tables(data, "target")
         if data.get("target") in (None, []):
-            self.error((), "no [[target]] defined; add at least one [[target]] with name and path")
+            if self.targets_required:
+                self.error((), "no [[target]] defined; add at least one [[target]] with name "
+                           "and path")
             return []
         targets: list[Target] = []
         names: dict[str, int] = {}
@@ -392,13 +396,17 @@ def validate(
     path: Path | None = None,
     text: str | None = None,
     environ: Mapping[str, str] = os.environ,
+    targets_required: bool = True,
 ) -> Config:
     """The Config for a parsed document, or ConfigError / ConfigErrors listing every mistake.
 
     ``text`` is the source the document came from, for line numbers; ``path`` names the
-    file in errors and is the directory relative paths are taken from.
+    file in errors and is the directory relative paths are taken from. ``targets_required``
+    False accepts a file that names no target (the package's as-installed file): reading a
+    database needs none.
     """
     checker = _Checker(path, _Locator(text) if text is not None else None, environ)
+    checker.targets_required = targets_required
     config = checker.config(data)
     checker.raise_if_errors()
     assert config is not None

@@ -89,18 +89,22 @@ def _syntax_error(error: Exception, text: str, path: Path | None) -> ConfigError
     return ConfigError(detail, path=path, line=line)
 
 
-def loads(text: str, path: Path | None = None, environ: Mapping[str, str] = os.environ) -> Config:
+def loads(text: str, path: Path | None = None, environ: Mapping[str, str] = os.environ, *,
+          targets_required: bool = True) -> Config:
     """Parse and validate configuration text; ``path`` names it in errors and anchors
     relative paths."""
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as error:
         raise _syntax_error(error, text, path) from None
-    return validate(data, path=path, text=text, environ=environ)
+    return validate(data, path=path, text=text, environ=environ,
+                    targets_required=targets_required)
 
 
-def load_config(path: str | Path, environ: Mapping[str, str] = os.environ) -> Config:
-    """Read, parse and validate one configuration file."""
+def load_config(path: str | Path, environ: Mapping[str, str] = os.environ, *,
+                targets_required: bool = True) -> Config:
+    """Read, parse and validate one configuration file (see :func:`validate` for
+    ``targets_required``)."""
     path = Path(path)
     try:
         raw = path.read_bytes()
@@ -111,7 +115,7 @@ def load_config(path: str | Path, environ: Mapping[str, str] = os.environ) -> Co
     except UnicodeDecodeError as error:
         line = raw[: error.start].count(b"\n") + 1
         raise ConfigError("not UTF-8 text", path=path, line=line) from None
-    return loads(text, path, environ)
+    return loads(text, path, environ, targets_required=targets_required)
 
 
 def load(
@@ -119,12 +123,13 @@ def load(
     environ: Mapping[str, str] = os.environ,
     *,
     system_path: Path = SYSTEM_CONFIG_PATH,
+    targets_required: bool = True,
 ) -> Config:
     """Find the configuration file and load it; without any file, :func:`default_config`."""
     path = find_config_path(explicit, environ, system_path=system_path)
     if path is None:
         return default_config(environ)
-    return load_config(path, environ)
+    return load_config(path, environ, targets_required=targets_required)
 
 
 def one_config(values: tuple[Path, ...]) -> Path | None:
