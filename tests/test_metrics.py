@@ -19,6 +19,7 @@ from slowdown.analysis.stats.slowdown import target_slowdowns
 from slowdown.analysis.store import Store
 from slowdown.probe.daemon.service import Service
 from slowdown.probe.exporters.metrics import EXPORT_SCALE, bucket_bounds, series_budget
+from slowdown.probe.exporters.server_metrics import server_series
 from testdata.datakit import fill, lognormal, utc
 from tests.kit.faultfs import FaultFS
 from tests.kit.metricskit import config_text, free_port
@@ -34,10 +35,11 @@ OPS = ("data-read", "data-write", "md-stat", "md-read", "md-delete", "md-write")
 
 
 def service(tmp_path: Path, host: str = "n1", targets=("work",), metrics: str | None = "",
-            database: Path | None = None) -> Service:
+            database: Path | None = None, max_servers: int | None = None) -> Service:
     """A real Service object, not running: its recorder and metrics are driven by the test."""
     dirs = {t: tmp_path / t for t in targets}
-    text = config_text(database or tmp_path / f"{host}.db", host, dirs, metrics)
+    text = config_text(database or tmp_path / f"{host}.db", host, dirs, metrics,
+                       max_servers=max_servers)
     return Service(loads(text, tmp_path / "slowdown.toml"))
 
 
@@ -126,19 +128,22 @@ def test_slowdown_gauges_come_from_the_database_after_a_flush(tmp_path):
 
 def test_a_node_with_two_targets_exports_at_most_its_series_budget(tmp_path):
     """Every series a node can export at once (both targets with data in every window, node
-    context, a skipped tick): the count is ``series_budget``, under half of the 1,026 series
-    of the scale-1 buckets (64 per op) it replaces."""
+    context, a skipped tick, more servers than ``max_servers``): the count is
+    ``series_budget``; without the per-server counters, under half of the 1,026 series of
+    the scale-1 buckets (64 per op) it replaces."""
     from slowdown.analysis.store.records import NODE_FIELDS, NodeContext
 
     t0 = utc(2026, 3, 2)
     db = tmp_path / "n1.db"
     fill(db, t0, 120, lognormal(0.002, 0.3), host="n1", ops=OPS, targets=("work", "home"))
-    s = service(tmp_path, targets=("work", "home"), database=db)
+    s = service(tmp_path, targets=("work", "home"), database=db, max_servers=3)
     now = t0 + 120 * 60 + 5
     for target in ("work", "home"):
         s.recorder.skipped(target, OPS, now)
         for op in OPS:
             s.recorder.result(target, op, 0.001, now)
+            for server in ("b1", "b2", "b3", "b4", "b5"):  # two beyond the budget
+                s.recorder.served(target, op, server, 0.001, now, failed=server == "b5")
     s.metrics.node(NodeContext("n1", t0, dict.fromkeys(NODE_FIELDS, 1)))
     s.metrics.tick(now, 0.01)
     s.metrics.flushed(True, now)
@@ -148,7 +153,9 @@ def test_a_node_with_two_targets_exports_at_most_its_series_budget(tmp_path):
     assert len(buckets) == 2 * len(OPS) * 17
     # The last tick of each target is the one series missing: no runner ticked here.
     assert not any(line.startswith("slowdown_last_tick_timestamp_seconds") for line in series)
-    assert len(series) + 2 == series_budget(2) == 486 <= 1026 // 2
+    assert len(series) + 2 == series_budget(2, servers=3) == 486 + 2 * server_series(3)
+    assert 486 <= 1026 // 2 and server_series(3) == 25
+    assert series_budget(2) == 486 + 2 * 607 == 1700  # the default max_servers, 100
     s.metrics.stop()
 
 

@@ -82,7 +82,7 @@ _BASELINE_KEYS = ("period", "expected", "provisional_after", "zone")
 _KEEP_KEYS = ("node", "alert_log", "sent_alerts", "hours")
 _TARGET_KEYS = ("name", "path", "data_file", "data_size", "write_size", "pool_files",
                 "pool_dirs", "object_size", "sync")
-_METRICS_KEYS = ("listen", "textfile", "textfile_every")
+_METRICS_KEYS = ("listen", "textfile", "textfile_every", "max_servers")
 _PUBLISH_KEYS = ("dir", "every")
 _FLEET_KEYS = ("prometheus", "databases", "window", "statistic", "slow", "share", "min_peers",
                "stale", "timeout")
@@ -285,13 +285,15 @@ class _Checker(_AlertChecks):
                        f"must be 1s to 5m; got {format_duration(every)}")
         if "textfile_every" in table and "textfile" not in table:
             self.error((*path, "textfile_every"), "applies only with textfile")
-        if any(v is _MISSING for v in (listen, textfile, every)):
+        max_servers = self.get(table, "max_servers", path, lambda v: _as_int(v, 1, 10_000),
+                               MetricsConfig.max_servers)
+        if any(v is _MISSING for v in (listen, textfile, every, max_servers)):
             return None
         # A textfile alone opens no port: the endpoint is served when listen is written, or
         # when there is no textfile (the table's meaning before textfiles).
         return MetricsConfig(listen_host=listen[0], listen_port=listen[1],
                              serve="listen" in table or textfile is None, textfile=textfile,
-                             textfile_every=every)
+                             textfile_every=every, max_servers=max_servers)
 
     def publish(self, data: Mapping[str, Any]) -> PublishConfig | None:
         """[publish]: copies of the database for cluster views (probe/exporters/publish.py)."""

@@ -183,13 +183,16 @@ class KeepConfig:
 class MetricsConfig:
     """The HTTP endpoint (``serve``: on unless only a textfile is configured) and the file
     for node_exporter's textfile collector (``textfile``, rewritten every ``textfile_every``
-    seconds)."""
+    seconds). ``max_servers``: the servers of a target that get series of their own in the
+    per-server counters; the rest add up in ``server="other"``
+    (probe/exporters/server_metrics.py)."""
 
     listen_host: str = "127.0.0.1"
     listen_port: int = 9877
     serve: bool = True
     textfile: Path | None = None
     textfile_every: float = 15.0
+    max_servers: int = 100
 
     @property
     def listen(self) -> str:

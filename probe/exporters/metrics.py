@@ -16,7 +16,8 @@ store's exponential bucket scheme at scale ``EXPORT_SCALE`` (-1: bounds ``4 ** k
 4**-10 s (~1 us) to 4**5 s (~17 min), plus +Inf): 17 buckets per (host, target, op) instead
 of the ~950 of scale 5. Every host exports the same bounds, which are edges of every finer
 scale, so ``sum by (le)`` over hosts is an exact merge, and they line up with the ``buckets``
-column the SQLite dashboard reads. ``SERIES_BUDGET`` states what a node costs Prometheus.
+column the SQLite dashboard reads. ``series_budget`` states what a node costs Prometheus;
+the per-server counters are ``server_metrics.py``'s.
 """
 
 from __future__ import annotations
@@ -32,13 +33,15 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.process_collector import ProcessCollector
 
+from slowdown.analysis.config.model import MetricsConfig
 from slowdown.analysis.histogram import mapping_for
 from slowdown.analysis.stats.baseline import BaselineBook
 from slowdown.analysis.stats.slowdown import op_slowdown, window_selection
 from slowdown.analysis.store import Store, aggregate
 from slowdown.analysis.store.records import NodeContext
 from slowdown.analysis.units import format_duration
-from slowdown.probe.probes import probe_ops
+from slowdown.probe.exporters.server_metrics import ServerCounters, server_series
+from slowdown.probe.probes import probe_ops, registered
 
 if TYPE_CHECKING:
     from slowdown.analysis.config import Config
@@ -55,15 +58,21 @@ HIGHEST_EDGE = 5  # the highest finite bound is 4 ** HIGHEST_EDGE seconds (1024 
 # ticks, ticks, last tick and abandoned workers, the target's ratio per window and statistic,
 # and per op its histogram (17 buckets, _sum, _count), errors, stuck age, the ratio and the
 # observed value per window and statistic, the expected value and whether it is provisional
-# per statistic. Two targets with the default 3 windows and 2 statistics: 486 series.
+# per statistic (486 series for two targets with the default 3 windows and 2 statistics);
+# and per target its per-server counters (``server_metrics.server_series``: 607 with the
+# default ``max_servers`` of 100). Two targets, all defaults: 1,700 series.
 FIXED_SERIES = 22
+DEFAULT_MAX_SERVERS = MetricsConfig.max_servers
 
 
-def series_budget(targets: int, windows: int = 3, statistics: int = 2, ops: int = 6) -> int:
-    """The most series one node exports with this many targets, windows and statistics."""
+def series_budget(targets: int, windows: int = 3, statistics: int = 2, ops: int = 6,
+                  servers: int = DEFAULT_MAX_SERVERS, probes: int = 2) -> int:
+    """The most series one node exports with this many targets, windows and statistics,
+    and ``servers`` as ``[metrics] max_servers`` (``probes``: the probes whose ops name them)."""
     buckets = HIGHEST_EDGE - LOWEST_EDGE + 2  # the finite bounds and +Inf
     per_op = buckets + 2 + 2 + 2 * windows * statistics + 2 * statistics
-    return FIXED_SERIES + targets * (ops * per_op + 4 + windows * statistics)
+    per_target = ops * per_op + 4 + windows * statistics + server_series(servers, probes)
+    return FIXED_SERIES + targets * per_target
 
 
 def bucket_bounds() -> list[float]:
@@ -162,11 +171,14 @@ class ServiceMetrics:
                 self._errors.labels(self.host, target.name, op)
         collector = _Collector(self)
         self.registry.register(collector)
+        self.servers = ServerCounters(self.host, config.metrics.max_servers,
+                                      {op: p.name for p in registered() for op in p.ops})
+        self.registry.register(self.servers)
         ProcessCollector(registry=self.registry)
         # What the textfile holds (exporters/textfile.py): the same, with the process metrics named
         # apart from node_exporter's own process_*.
         self.file_registry = CollectorRegistry(auto_describe=True)
-        for part in (self._latency, self._errors, self._skipped, collector):
+        for part in (self._latency, self._errors, self._skipped, collector, self.servers):
             self.file_registry.register(part)
         ProcessCollector(namespace="slowdown", registry=self.file_registry)
         recorder.observers.append(self)
@@ -208,6 +220,11 @@ class ServiceMetrics:
             self._errors.labels(self.host, target, op).inc()
         if latency is not None:
             self._latency.labels(self.host, target, op).observe(latency)
+
+    def served(self, target: str, op: str, server: str, latency: float | None, wall: float,
+               failed: bool = False) -> None:
+        """The server that served an op given to ``result`` just before."""
+        self.servers.served(target, op, server, latency, wall, failed=failed)
 
     def skipped(self, target: str, ops: Iterable[str], wall: float) -> None:
         self._skipped.labels(self.host, target).inc()

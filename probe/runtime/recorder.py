@@ -79,14 +79,17 @@ class Recorder:
         self._refused_logged = 0
         self.not_landed: str | None = None  # why the last flush's write did not land
         self.failure: str | None = None  # why the last flush failed (a write or not landed)
-        # Told of every result, skipped tick, stuck age and node sample as they arrive (the
-        # metrics endpoint): methods of the same names; they must be quick and never block.
+        # Told of every result, server served, skipped tick, stuck age and node sample as they
+        # arrive (the metrics endpoint): methods of the same names, where an observer has
+        # them; they must be quick and never block.
         self.observers: list = []
 
     def _notify(self, event: str, *args: object, **keywords: object) -> None:
         for observer in self.observers:
             try:
-                getattr(observer, event)(*args, **keywords)
+                told = getattr(observer, event, None)  # an observer may want only some events
+                if told is not None:
+                    told(*args, **keywords)
             except Exception:  # an observer's bug must never cost a measurement
                 log.exception("recorder observer %r failed on %s", observer, event)
 
@@ -137,6 +140,7 @@ class Recorder:
                 rec.errors += 1
             if latency is not None:
                 rec.histogram.record(latency)
+        self._notify("served", target, op, server, latency, wall, failed=failed)
 
     def waited(self, target: str, op: str, latency: float | None, wall: float,
                failed: bool = False) -> None:

@@ -13,7 +13,7 @@ def free_port() -> int:
 
 
 def config_text(database: Path, host: str, targets: dict[str, Path], metrics: str | None,
-                **top: str) -> str:
+                max_servers: int | None = None, **top: str) -> str:
     lines = [f'database = "{database}"', f'host = "{host}"']
     lines += [f'{k} = "{v}"' for k, v in top.items()]
     for name, path in targets.items():
@@ -21,4 +21,5 @@ def config_text(database: Path, host: str, targets: dict[str, Path], metrics: st
                   "pool_files = 100", "pool_dirs = 10"]
     if metrics is not None:
         lines += ["[metrics]"] + ([f'listen = "{metrics}"'] if metrics else [])
+        lines += [f"max_servers = {max_servers}"] if max_servers is not None else []
     return "\n".join(lines) + "\n"
