@@ -286,6 +286,17 @@ def test_fleet_quantile_is_the_merged_histograms_within_one_bucket(fleet):
                 low, high = merged.values_at_ranks([at, min(merged.count, at + missed)])
                 assert mapping.index(low) - 1 <= mapping.index(fleet_q) \
                     <= mapping.index(high) + 1, (op, q, fleet_q, low, high, missed)
+        # The per-server counters of the running services: a local directory names no
+        # server, so each host has the one server "unknown", counting the ops its file has.
+        got = fleet.query('sum by (host, server) (last_over_time(slowdown_server_ops_total'
+                          '{target="work"}[10m]))')
+        assert {(s["metric"]["host"], s["metric"]["server"]) for s in got} == \
+            {(h, "unknown") for h in HOSTS}
+        for sample, store in ((s, stores[HOSTS.index(s["metric"]["host"])]) for s in got):
+            (stored,) = store.conn.execute(
+                "SELECT sum(t.count) FROM server_tens t JOIN server_series s ON s.id = t.series "
+                "WHERE s.target = 'work' AND s.server = 'unknown'").fetchone()
+            assert 0.9 * stored <= float(sample["value"][1]) <= stored, (sample, stored)
     finally:
         for s in stores:
             s.close()

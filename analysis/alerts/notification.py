@@ -80,9 +80,19 @@ class Notification:
         if self.event == "resolved":
             return (f"{test}{where} on {self.host}: resolved, {self.measure()} "
                     f"{self.show(self.value)} (threshold {self.show(self.threshold)})")
-        word = f", {self.verdict_word}" if self.verdict_word else ""
+        named = self.servers_note
+        verdict = self.verdict_word
+        # A named server says "filesystem: ..." itself; the verdict's word is not repeated.
+        word = f", {verdict}" if verdict and not (named and verdict == "filesystem") else ""
+        servers = f"; filesystem: {named}" if named else ""
         return (f"{test}{where} on {self.host}: {self.measure()} {self.show(self.value)} "
-                f"> {self.show(self.threshold)} ({self.severity}{word})")
+                f"> {self.show(self.threshold)} ({self.severity}{word}){servers}")
+
+    @property
+    def servers_note(self) -> str:
+        """The slow servers the per-server records named (``h3:/bricks/b3 12x, the others
+        1.1x``), or "" when none was named."""
+        return str(self.details.get("servers_note") or "")
 
     @property
     def verdict_word(self) -> str:
@@ -112,6 +122,12 @@ class Notification:
         verdict = self.details.get("verdict")
         if verdict:
             lines += ["", f"Verdict: {verdict}"]
+        servers = self.details.get("servers") or []
+        if servers and self.event != "resolved":
+            lines += ["", "Slow servers (their medians over the last 10m, per-server records):"]
+            lines += [f"  {srv.get('server')}  {_times(srv.get('slowdown'))} expected, "
+                      f"{_times(srv.get('against_others'))} the others, {srv.get('probes')} "
+                      f"probes ({', '.join(srv.get('ops') or [])})" for srv in servers]
         note = self.details.get("note")
         if note:
             lines += ["", str(note)]
@@ -141,6 +157,7 @@ class Notification:
             "ends_at": _iso(self.ends_at) if self.ends_at is not None else "",
             "summary": self.summary,
             "verdict": self.verdict_word,
+            "servers": self.servers_note,
         }
 
     def environment(self) -> dict[str, str]:
@@ -191,7 +208,9 @@ class Notification:
                 "threshold": _finite(self.threshold),
                 "startsAt": self.starts_at,
                 "endsAt": self.ends_at,
-                "details": dict(self.details),
+                "details": {k: v for k, v in self.details.items()
+                            if k not in ("servers", "servers_note")},
+                "servers": list(self.details.get("servers") or []),
             },
         }
 
@@ -264,6 +283,13 @@ def expand(template: str, fields: Mapping[str, Any]) -> str:
         raise
     except (ValueError, IndexError, KeyError, AttributeError) as exc:
         raise TemplateError(f"{template!r}: {exc}") from None
+
+
+def _times(value: object) -> str:
+    """A slowdown as the verdict writes it: ``12x``, ``1.5x``; ``-`` when unknown."""
+    if not isinstance(value, (int, float)) or not math.isfinite(value):
+        return "-"
+    return f"{value:.1f}x" if value < 10 else f"{value:.0f}x"
 
 
 def _iso(t: float | None) -> str:

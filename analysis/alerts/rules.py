@@ -15,6 +15,11 @@ With a ``[fleet]``, a value above its level carries the target's verdict (filesy
 node, with its numbers) into the message; a rule with ``verdict = [...]`` counts as above only
 while the verdict is one of those (``verdict = "node"``: the node's own trouble, for its
 owner, while the filesystem's incidents go to the storage team by the fleet's rules).
+
+A value above its level also reads the target's per-server records of the last ten minutes
+(``stats/server_naming.py``, as ``slowdown -v`` reads them; once per target and evaluation,
+and never while every rule is below): a slow server they name goes into the message, in the
+verdict's words (``filesystem: h3:/bricks/b3 12x, the others 1.1x``).
 """
 
 from __future__ import annotations
@@ -28,8 +33,9 @@ from typing import Any
 from slowdown.analysis.config import AlertRule, Config
 from slowdown.analysis.stats.baseline import BaselineBook
 from slowdown.analysis.stats.fleet_sources import fleet_verdicts
+from slowdown.analysis.stats.server_naming import Named, named_servers
 from slowdown.analysis.stats.slowdown import op_slowdown, window_selection
-from slowdown.analysis.stats.verdict import Verdict
+from slowdown.analysis.stats.verdict import FILESYSTEM, Verdict
 from slowdown.analysis.store import Store, aggregate
 from slowdown.analysis.store.records import Aggregate, minute_of
 from slowdown.analysis.words import OPS
@@ -64,6 +70,7 @@ class Observation:
     minute: int  # the evaluation minute: the window ends there
     ops: dict[str, dict[str, Any]] = field(default_factory=dict)  # per-op numbers
     verdict: str | None = None  # the verdict on the target and its numbers, while above
+    servers: Named | None = None  # the slow servers the per-server records name, while above
 
 
 def rule_ops(rule: AlertRule) -> tuple[str, ...]:
@@ -108,6 +115,18 @@ class Evaluator:
                                  zone=config.baseline.weekly())
         self._aggregates: dict[tuple[str, str, float], Aggregate] = {}
         self._verdicts: dict[str, Verdict] | None = None
+        self._servers: dict[str, Named | None] = {}
+
+    def servers(self, target: str) -> Named | None:
+        """The slow servers of ``target`` the per-server records of the last ten minutes name
+        (read once per target and evaluation, only when a rule is above its level)."""
+        if target not in self._servers:
+            try:
+                found = named_servers(self.stores, self.book, [target], (), self.now)
+            except Exception:  # naming a server adds to a message; it never stops one
+                found = {}
+            self._servers[target] = found.get(target)
+        return self._servers[target]
 
     def verdict(self, target: str) -> Verdict | None:
         """This node's verdict on ``target`` from the [fleet] (read once per evaluation, and
@@ -157,9 +176,13 @@ class Evaluator:
         verdict = self.verdict(subject.target) if level is not None else None
         if rule.verdicts and (verdict is None or verdict.word not in rule.verdicts):
             level, threshold = None, lowest_threshold(rule)  # not this rule's kind of incident
+        servers = self.servers(subject.target) if level is not None else None
+        if verdict is not None and verdict.word == FILESYSTEM:
+            verdict.servers = servers.note if servers is not None else None
         return Observation(rule.name, subject.name, subject.target, worst, value, level,
                            threshold, self.minute, per_op,
-                           verdict=verdict.text() if verdict is not None else None)
+                           verdict=verdict.text() if verdict is not None else None,
+                           servers=servers)
 
     def observe_all(self, rules: Sequence[AlertRule] | None = None) -> list[Observation]:
         rules = self.config.alerts if rules is None else rules

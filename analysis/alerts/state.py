@@ -184,8 +184,17 @@ def notification(config: Config, rule: AlertRule, st: AlertState, event: str,
                              "errors": v.get("errors")} for k, v in ops.items()},
                  **({"note": st.details["note"]} if st.details.get("note") else {}),
                  **({"verdict": _verdict_now(st, obs, event)}
-                    if st.details.get("verdict") else {})},
+                    if st.details.get("verdict") else {}),
+                 **_servers_now(obs, event)},
     )
+
+
+def _servers_now(obs: Observation | None, event: str) -> dict[str, Any]:
+    """The slow servers the message names: those the records name now, while the value is
+    above its level (a resolve names none)."""
+    if event == "resolved" or obs is None or obs.servers is None:
+        return {}
+    return {"servers_note": obs.servers.note, "servers": list(obs.servers.servers)}
 
 
 def _verdict_now(st: AlertState, obs: Observation | None, event: str) -> str:
