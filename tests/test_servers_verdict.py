@@ -76,3 +76,30 @@ def test_the_plain_line_with_a_filesystem_verdict_loads_no_numpy(tmp_path):
     loaded = set(done.stderr.split())
     assert "slowdown.analysis.store.server_reads" in loaded  # they were read
     assert not {m for m in loaded if m.split(".")[0] == "numpy"}
+
+
+def test_an_alert_on_the_fleet_names_the_brick_in_its_verdict_and_summary(tmp_path):
+    """A rule of n0 fires on a filesystem verdict: its message's verdict line is the
+    verdict's text with the brick, its summary ends with it, the verdict's word not said
+    twice; without per-server records, both as before."""
+    from slowdown.analysis.alerts import Notification, evaluate
+    from slowdown.analysis.config import loads
+
+    rule = ('[[alert]]\nname = "any"\nstatistic = "median"\nwindow = "1m"\nabove = 3.0\n'
+            'action = { type = "command", argv = ["/bin/true"] }\n')
+    notes = {}
+    for case in ("named", "plain"):
+        path = fleet(tmp_path / case, case == "named")
+        config = loads(path.read_text() + rule, path=path)
+        with Store(config.database) as store:
+            evaluate(config, store, AT)
+            (message,) = store.conn.execute("SELECT message FROM alert_outbox").fetchone()
+        notes[case] = Notification.from_json(message)
+    named, plain = notes["named"], notes["plain"]
+    brick = "h3:/bricks/b3 12x, the others 1.1x"
+    assert named.details["verdict"].startswith(f"filesystem: {brick}; most other nodes")
+    assert named.summary.endswith(f"(warning); filesystem: {brick}"), named.summary
+    assert [s["server"] for s in named.document()["slowdown"]["servers"]] == [BRICKS[2]]
+    assert plain.details["verdict"].startswith("filesystem: most other nodes")
+    assert plain.summary.endswith("(warning, filesystem)"), plain.summary
+    assert plain.document()["slowdown"]["servers"] == []
