@@ -25,12 +25,14 @@ from tests.kit.iorkit import sleep_until
 from tests.kit.testbed.nodes import Testbed
 from tests.kit.testbed.servers import (
     brick_holding,
+    exported_ops,
     minus,
     probes,
     quantile,
     read_counts,
     servers_words,
     slow_ones,
+    stored_ops,
 )
 
 pytestmark = [pytest.mark.root, pytest.mark.slow, pytest.mark.testbed,
@@ -85,10 +87,17 @@ def test_a_slowed_brick_stands_above_the_others_in_the_nodes_per_server_records(
                 for n in bed.nodes}
         served = {n.name: data_servers(n.database) for n in bed.nodes}
         outputs = [n.output()[-1500:] for n in bed.nodes]
+        bed.stop_nodes()  # each service's last textfile, after its last flush
+        exported = {n.name: exported_ops(n.dir / "slowdown.prom") for n in bed.nodes}
+        stored = {n.name: stored_ops(n.database) for n in bed.nodes}
     assert bed.leftovers() == []
     print(f"testbed test: {time.monotonic() - began:.0f} s")
     for node, brick in held.items():  # data ops: the data file's brick, and only it
         assert served[node] == {names[brick]}, (node, brick, served[node])
+    # Each node's per-server counters (its metrics textfile) are its records' ops per brick.
+    for node in held:
+        assert exported[node] == stored[node], (node, exported[node], stored[node])
+        assert {server for _, server in exported[node]} == set(names.values()), exported[node]
     quiet_counts, slow_counts = before, minus(after, before)
     medians, problems = {}, []
     for period, counts in (("quiet", quiet_counts), ("slow", slow_counts)):

@@ -90,6 +90,8 @@ class ProbeNode(NamespaceNode):
             'data_size = "64MiB"',
             f"pool_files = {pool_files}",
             "pool_dirs = 10",
+            "[metrics]",  # a textfile only (no port): the per-server counters, last at the stop
+            f'textfile = "{self.dir / "slowdown.prom"}"',
         ]) + "\n")
 
     def start_service(self) -> None:

@@ -105,3 +105,29 @@ def brick_holding(bricks: Iterable[str], relative: str) -> str:
     if len(found) != 1:
         raise AssertionError(f"{relative} is on bricks {found}, not on one")
     return found[0]
+
+
+def stored_ops(database: Path) -> dict[tuple[str, str], int]:
+    """(probe, server) -> the ops with a latency in one node's per-server records, as the
+    per-server counters of its metrics add them up (probe: ``data`` or ``md``)."""
+    with sqlite3.connect(f"file:{database}?mode=ro", uri=True, timeout=30) as conn:
+        rows = conn.execute("SELECT s.op, s.server, sum(t.count) FROM server_tens t "
+                            "JOIN server_series s ON s.id = t.series "
+                            "GROUP BY s.op, s.server").fetchall()
+    out: dict[tuple[str, str], int] = {}
+    for op, server, count in rows:
+        key = (op.split("-")[0], server)
+        out[key] = out.get(key, 0) + count
+    return out
+
+
+def exported_ops(textfile: Path) -> dict[tuple[str, str], int]:
+    """(probe, server) -> ``slowdown_server_ops_total`` in a node's metrics textfile."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    out = {}
+    for family in text_string_to_metric_families(textfile.read_text()):
+        for s in family.samples:
+            if s.name == "slowdown_server_ops_total":
+                out[(s.labels["probe"], s.labels["server"])] = int(s.value)
+    return out
