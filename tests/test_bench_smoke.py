@@ -223,3 +223,11 @@ def test_bench_weekly_one_round_prints_both_settings():
     assert "the weekly expected value in use: 3 of 3 ops and windows" in done.stdout
     for name in ("slowdown", "slowdown -v", "slowdown check", "in process"):
         assert re.search(rf"^{name} +[\d.]+ +[\d.]+ +[\d.]+ ", done.stdout, re.M), done.stdout
+
+
+def test_bench_server_metrics_quick_prints_both_costs():
+    done = subprocess.run([sys.executable, "-m", "bench.bench_server_metrics", "--quick",
+                           "--servers", "10"], capture_output=True, text=True, timeout=120,
+                          cwd=ROOT)
+    assert done.returncode == 0, done.stderr
+    assert "with [metrics]" in done.stdout and "with 10 servers x 2 probes" in done.stdout
