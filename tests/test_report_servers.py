@@ -187,3 +187,34 @@ def test_png_of_the_server_heat_map(fleet, tmp_path):
     report(tmp_path, fleet / "n1.db", "--png", tmp_path / "png")
     image = (tmp_path / "png" / "work-data-read-servers.png").read_bytes()
     assert image.startswith(b"\x89PNG")
+
+
+def test_files_at_different_scales_merge_at_the_coarser(tmp_path):
+    """A cell of two files whose histograms differ in scale: the report's arrays hold what
+    ``server_reads`` (``Histogram.merge``: the coarser scale) gives."""
+    from slowdown.analysis.histogram import Histogram
+
+    paths = []
+    for host, scale, values in (("n1", 5, [0.001, 0.002, 0.0021] * 10),
+                                ("n2", 2, [0.004, 0.0041] * 5)):
+        h = Histogram(scale)
+        h.record_many(values)
+        path = tmp_path / f"{host}.db"
+        fill(path, T0, 20, lognormal(0.002, 0.3), host=host, targets=("work",),
+             ops=("data-read",))
+        with Store(path) as store:
+            store.write([], servers=[ServerRecord(host, "work", "data-read", name, T0, h)
+                                     for name in ("s1", "s2")])
+        paths.append(path)
+    m = maps(report(tmp_path, tmp_path / "*.db"))["data-read"]
+    stores = [Store(p) for p in paths]
+    try:
+        read = server_reads.read(stores, Selection(start=T0, end=T0 + 600))
+    finally:
+        for s in stores:
+            s.close()
+    for row, column, probes, _e, median, _s, few in m["cells"]:
+        h = read.latencies[("work", "data-read", m["servers"][row])].histogram
+        assert column == 0 and h.scale == 2
+        assert probes == h.count == 40 and not few
+        assert median == pytest.approx(server_rule.quantile(h, 0.5), rel=1e-5)

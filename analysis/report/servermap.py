@@ -1,7 +1,9 @@
 """The report's server x time heat map: per target and op, each server's median latency per
-step over the op's expected value, from the per-server records (``store/server_reads.py``,
-merged exactly over hosts and files) and the rule of ``slowdown servers``
-(``stats/server_rule.py``, ``stats/server_table.py``).
+step over the op's expected value, from the per-server records merged exactly over hosts and
+files into a cell per (server, step) (``store/server_cells.py``: arrays, where a month is a
+hundred thousand cells) and the rule of ``slowdown servers`` (``stats/server_rule.py``,
+``stats/server_table.py``). The cells' medians and ``few`` are the rule's own, vectorised:
+tests/test_report_servers.py checks them against ``server_reads`` and ``server_rule``.
 
 - **Columns**: the smallest of ``STEPS`` (ten minutes and multiples of it: the tens merge
   exactly into a column) at least as long as the report's own step; column ``i`` covers
@@ -11,10 +13,10 @@ merged exactly over hosts and files) and the rule of ``slowdown servers``
   of the op's probes whose server could not be told, judged like the others (as
   ``slowdown servers`` does) and worth seeing beside them. A target whose records name only
   ``unknown`` gets a note, not a figure.
-- **Cell**: the server's median in the step (``server_rule.quantile``) over the op's expected
+- **Cell**: the server's median in the step (as ``server_rule.quantile``) over the op's expected
   median at the end of the range (``BaselineBook.expected``, the call ``slowdown servers
   --at END`` makes); ``few`` where the rule cannot bound the median
-  (``server_rule.median_interval`` is None: fewer than ``MIN_PROBES`` probes).
+  (``server_rule.median_ranks`` out of range: fewer than ``MIN_PROBES`` probes).
 - **Row mark**: the rule's word for the server over the whole range
   (``server_table.rows``, what ``slowdown servers --since START --at END`` says).
 
@@ -28,10 +30,12 @@ import math
 import re
 from collections.abc import Mapping, Sequence
 
+import numpy as np
+
+from slowdown.analysis.histogram.histogram import mapping_for
 from slowdown.analysis.stats import server_rule, server_table
-from slowdown.analysis.store import server_reads
+from slowdown.analysis.store import server_cells, server_reads
 from slowdown.analysis.store.selection import Selection
-from slowdown.analysis.store.server_reads import ServerLatencies
 from slowdown.analysis.store.server_records import TEN
 
 STEPS = (TEN, 2 * TEN, 3 * TEN, 3600, 7200, 10800, 21600, 43200, 86400)
@@ -66,14 +70,18 @@ def collect(stores: Sequence, selection: Selection, start: int, end: int, report
     """Per target: ``{"note": text}`` where there is nothing to draw, else ``{"step": ...,
     "maps": [one per op with servers]}``."""
     step = pick_step(report_step)
-    read = server_reads.read(stores, selection, step)
-    if len(read.without) == len(stores):
+    cells = server_cells.read(stores, selection, step)
+    if not cells.holds:
         return {t: {"note": NONE_KEPT} for t in target_ops}
     t0 = start - start % step
     columns = max(1, -(-(end - t0) // step))
-    by_op: dict[tuple[str, str], dict[str, dict[int, ServerLatencies]]] = {}
-    for (target, op, server, at), found in read.latencies.items():
-        by_op.setdefault((target, op), {}).setdefault(server, {})[(at - t0) // step] = found
+    probes = cells.probes
+    median = _medians(cells, probes)
+    few = _few(probes)
+    by_op: dict[tuple[str, str], dict[str, list[int]]] = {}
+    for c, (target, op, server, _) in enumerate(cells.keys):
+        by_op.setdefault((target, op), {}).setdefault(server, []).append(c)
+    words = _words(stores, selection) if by_op else {}
     out = {}
     for target, ops in target_ops.items():
         mine = {op: by_op[(target, op)] for op in ops if (target, op) in by_op}
@@ -83,52 +91,69 @@ def collect(stores: Sequence, selection: Selection, start: int, end: int, report
         if all(set(servers) == {UNKNOWN} for servers in mine.values()):
             out[target] = {"note": ONLY_UNKNOWN}
             continue
-        words = _words(target, mine)
         maps = []
         for op, servers in mine.items():
             found = book.expected(target, op, "median", end)
             expected = found.value if found is not None else None
-            maps.append(_op_map(op, servers, expected, words, t0, step, columns, start, end))
+            names = sorted(servers, key=_server_order)
+            rows = []
+            for row, name in enumerate(names):
+                for c in servers[name]:
+                    rows.append([row, (cells.keys[c][3] - t0) // step, c])
+            rows.sort()
+            marks = [words.get((target, op, n), server_rule.FEW) for n in names]
+            maps.append({
+                "op": op, "t0": t0, "step": step, "columns": columns, "start": start,
+                "end": end, "expected": _g(expected) if expected else None, "servers": names,
+                "words": marks, "slow": [n for n, w in zip(names, marks) if w == server_rule.SLOW],
+                "few": server_rule.MIN_PROBES, "probes": int(sum(probes[c] for *_, c in rows)),
+                "cells": [[row, column, int(probes[c]), int(cells.errors[c]), _g(median[c]),
+                           _g(median[c] / expected) if expected else None, int(few[c])]
+                          for row, column, c in rows]})
         out[target] = {"step": step, "maps": maps}
     return out
 
 
-def _words(target: str, mine: Mapping[str, Mapping[str, Mapping[int, ServerLatencies]]]
-           ) -> dict[tuple[str, str], str]:
-    """The rule's word per (op, server) over the whole range: each server's steps merged."""
-    whole = {}
-    for op, servers in mine.items():
-        for server, steps in servers.items():
-            parts = list(steps.values())
-            h = parts[0].histogram.copy()
-            for p in parts[1:]:
-                h.merge(p.histogram)
-            whole[(target, op, server)] = ServerLatencies(target, op, server, h,
-                                                         sum(p.errors for p in parts))
-    rows = server_table.rows(whole, lambda _t, _o: None)
-    return {(f.op, r.server): f.judgment.word for r in rows for f in r.ops}
+def _medians(cells: server_cells.ServerCells, probes: np.ndarray) -> np.ndarray:
+    """Each cell's median as ``server_rule.quantile`` takes it: the representative value of
+    the bucket holding rank ``ceil(n / 2)`` (0 in the zero bucket), vectorised."""
+    rank = np.maximum(1, -(-probes // 2))
+    out = np.full(len(cells.keys), np.nan)
+    out[(probes > 0) & (rank <= cells.zero)] = 0.0
+    if not cells.cell.size:
+        return out
+    total = np.cumsum(cells.count)
+    first = np.r_[0, np.flatnonzero(cells.cell[1:] != cells.cell[:-1]) + 1]
+    before = np.zeros(len(cells.keys), np.int64)
+    before[cells.cell[first]] = total[first] - cells.count[first]
+    seen = cells.zero[cells.cell] + total - before[cells.cell]
+    at = np.flatnonzero(seen >= rank[cells.cell])
+    which, where = np.unique(cells.cell[at], return_index=True)
+    pick = at[where]
+    pending = rank[which] > cells.zero[which]
+    which, pick = which[pending], pick[pending]
+    for s in np.unique(cells.scale[which]).tolist():
+        part = cells.scale[which] == s
+        lower, upper = mapping_for(s).bounds(cells.index[pick[part]])
+        out[which[part]] = 2.0 * lower * upper / (lower + upper)
+    return out
 
 
-def _op_map(op: str, servers: Mapping[str, Mapping[int, ServerLatencies]],
-            expected: float | None, words: Mapping[tuple[str, str], str], t0: int, step: int,
-            columns: int, start: int, end: int) -> dict:
-    names = sorted(servers, key=_server_order)
-    cells = []
-    probes = 0
-    for row, name in enumerate(names):
-        for column, found in sorted(servers[name].items()):
-            h = found.histogram
-            median = server_rule.quantile(h, 0.5)
-            few = server_rule.median_interval(h) is None
-            slowdown = median / expected if expected else math.nan
-            cells.append([row, column, h.count, found.errors, _g(median), _g(slowdown),
-                          int(few)])
-            probes += h.count
-    marks = [words.get((op, n), server_rule.FEW) for n in names]
-    return {"op": op, "t0": t0, "step": step, "columns": columns, "start": start, "end": end,
-            "expected": _g(expected) if expected else None, "servers": names, "words": marks,
-            "slow": [n for n, w in zip(names, marks) if w == server_rule.SLOW],
-            "few": server_rule.MIN_PROBES, "probes": probes, "cells": cells}
+def _few(probes: np.ndarray) -> np.ndarray:
+    """The rule's ``few``: no median interval (``server_rule.median_ranks`` out of range)."""
+    out = np.zeros(probes.size, bool)
+    for n in np.unique(probes).tolist():
+        low, high = server_rule.median_ranks(n)
+        out[probes == n] = low < 1 or high > n
+    return out
+
+
+def _words(stores: Sequence, selection: Selection) -> dict[tuple[str, str, str], str]:
+    """The rule's word per (target, op, server) over the whole range, as ``slowdown servers``
+    says it (``server_reads.read``, ``server_table.rows``)."""
+    read = server_reads.read(stores, selection)
+    rows = server_table.rows(read.latencies, lambda _t, _o: None)
+    return {(r.target, f.op, r.server): f.judgment.word for r in rows for f in r.ops}
 
 
 __all__ = ["NONE_HERE", "NONE_KEPT", "ONLY_UNKNOWN", "STEPS", "collect", "pick_step"]

@@ -6,9 +6,7 @@ one server, so the hosts merge into one histogram per (target, op, server), buck
 added (exact in any order). Each file is one query; its blobs are merged in Python once per
 (target, op, server) and handed back as bucket counts. Many files are split between
 processes (``forking.run_all``), as the cluster's windows are.
-Files of schema < 9 hold none (``server_records.holds``) and add nothing. With a ``step``
-(a multiple of ten minutes) the range is cut into steps and each (target, op, server, step)
-merged apart: the report's server x time heat map, its tens merged exactly into its columns.
+Files of schema < 9 hold none (``server_records.holds``) and add nothing.
 """
 
 from __future__ import annotations
@@ -24,7 +22,7 @@ from slowdown.analysis.store import server_records
 from slowdown.analysis.store.selection import Selection
 from slowdown.analysis.store.store import Store, StoreError
 
-Key = tuple  # (target, op, server), and the step's start when read by steps
+Key = tuple  # (target, op, server)
 
 
 @dataclass
@@ -54,7 +52,7 @@ class ServerRead:
 
 
 _QUERY = """
-    SELECT s.host, s.target, s.op, s.server, t.start, t.errors, t.hist
+    SELECT s.host, s.target, s.op, s.server, t.errors, t.hist
     FROM server_tens t JOIN server_series s ON s.id = t.series
     WHERE {where}
 """
@@ -62,8 +60,8 @@ _QUERY = """
 Part = tuple  # (scale, zero count, {index: count}, errors, hosts) of one (target, op, server)
 
 
-def _read_file(store: Store, selection: Selection, step: int | None = None
-               ) -> tuple[dict[Key, Part], bool, tuple | None]:
+def _read_file(store: Store, selection: Selection) -> tuple[dict[Key, Part], bool,
+                                                              tuple | None]:
     """One file's latencies per (target, op, server), whether it holds any per-server record,
     and the extent of its tens. Its rows' blobs are merged here, once per key (SQLite's
     ``hist_sum`` would encode each series' merge again: most of the time of a long range)."""
@@ -76,14 +74,12 @@ def _read_file(store: Store, selection: Selection, step: int | None = None
         if first is None:
             return {}, False, None
         found: dict[Key, tuple[list[bytes], int, set[str]]] = {}
-        for host, target, op, server, start, errors, blob in conn.execute(
+        for host, target, op, server, errors, blob in conn.execute(
                 _QUERY.format(where=where), params):
-            key = (target, op, server) if step is None else (target, op, server,
-                                                             start - start % step)
-            blobs, errs, hosts = found.get(key, ([], 0, set()))
+            blobs, errs, hosts = found.get((target, op, server), ([], 0, set()))
             blobs.append(blob)
             hosts.add(host)
-            found[key] = (blobs, errs + errors, hosts)
+            found[(target, op, server)] = (blobs, errs + errors, hosts)
     except sqlite3.DatabaseError as exc:
         raise StoreError(f"{store.path}: {exc}") from None
     parts = {}
@@ -93,23 +89,19 @@ def _read_file(store: Store, selection: Selection, step: int | None = None
     return parts, True, (first, last)
 
 
-def _read_part(part: tuple[Sequence[Store], Selection, int | None]
-               ) -> list[tuple[dict, bool, tuple | None]]:
-    stores, selection, step = part
-    return [_read_file(store, selection, step) for store in stores]
+def _read_part(part: tuple[Sequence[Store], Selection]) -> list[tuple[dict, bool, tuple | None]]:
+    stores, selection = part
+    return [_read_file(store, selection) for store in stores]
 
 
-def read(stores: Sequence[Store], selection: Selection, step: int | None = None) -> ServerRead:
+def read(stores: Sequence[Store], selection: Selection) -> ServerRead:
     """Each (target, op, server)'s latencies in the records overlapping the selection's range
     (whole tens: a ten is the smallest part a per-server record keeps), of the hosts, targets
-    and ops it names, over all ``stores``; with ``step`` (a multiple of ``TEN``), of each
-    step apart, keyed ``(target, op, server, step start)`` (starts at multiples of ``step``)."""
-    if step is not None and (step <= 0 or step % server_records.TEN):
-        raise ValueError(f"step {step} is not a multiple of {server_records.TEN}")
+    and ops it names, over all ``stores``."""
     from slowdown.analysis.store import forking
 
     chunks = max(1, min(forking.processes(), len(stores) // 16 or 1))
-    parts = [(stores[i::chunks], selection, step) for i in range(chunks)]
+    parts = [(stores[i::chunks], selection) for i in range(chunks)]
     results = forking.run_all(parts, _read_part) if chunks > 1 else [_read_part(parts[0])]
     order = [store for i in range(chunks) for store in stores[i::chunks]]
     latencies: dict[Key, ServerLatencies] = {}
@@ -128,7 +120,7 @@ def read(stores: Sequence[Store], selection: Selection, step: int | None = None)
             h.count = zero + h.buckets.total()
             mine = latencies.get(key)
             if mine is None:
-                latencies[key] = ServerLatencies(*key[:3], h, errors, set(hosts))
+                latencies[key] = ServerLatencies(*key, h, errors, set(hosts))
                 continue
             mine.histogram.merge(h)
             mine.errors += errors
