@@ -15,6 +15,13 @@ STOPS = ((0.25, "#2166ac"), (0.5, "#92c5de"), (1, "#f7f7f7"), (1.5, "#fddbc7"),
 FEW, SLOW = "#c9ced4", "#b2182b"
 
 
+def median(bucket: int | None, scale: int) -> float:
+    """A cell's median: its bucket's representative value (None: the zero bucket)."""
+    from slowdown.analysis.histogram.histogram import mapping_for
+
+    return 0.0 if bucket is None else mapping_for(scale).value(bucket)
+
+
 def server_map(target: str, m: dict) -> bytes:
     import math
 
@@ -27,11 +34,12 @@ def server_map(target: str, m: dict) -> bytes:
     rows, columns = len(m["servers"]), m["columns"]
     values = np.full((rows, columns), np.nan)
     few = np.zeros((rows, columns))
-    for row, column, _probes, _errors, _median, slowdown, is_few in m["cells"]:
-        if is_few or slowdown is None:
+    for row, column, _probes, _errors, bucket, is_few, *scale in m["cells"]:
+        if is_few or not m["expected"]:
             few[row, column] = 1
         else:
-            values[row, column] = slowdown
+            values[row, column] = median(bucket, scale[0] if scale else m["scale"]) / \
+                m["expected"]
     lo, hi = math.log(STOPS[0][0]), math.log(STOPS[-1][0])
     cmap = LinearSegmentedColormap.from_list(
         "slowdown", [((math.log(v) - lo) / (hi - lo), c) for v, c in STOPS])

@@ -10,7 +10,7 @@
   var STOPS = [[0.25, [33, 102, 172]], [0.5, [146, 197, 222]], [1, [247, 247, 247]],
                [1.5, [253, 219, 199]], [2, [244, 165, 130]], [4, [214, 96, 77]],
                [10, [178, 24, 43]], [32, [103, 0, 31]]];
-  var FEW = "#c9ced4", SLOW = "#b2182b";
+  var FEW = "#c9ced4", FEW_RGB = [201, 206, 212], SLOW = "#b2182b";
   var TIME_STEPS = [600, 1800, 3600, 7200, 10800, 21600, 43200, 86400, 172800, 604800,
                     1209600, 2592000];
 
@@ -49,6 +49,21 @@
     return STOPS[STOPS.length - 1][1];
   }
   function rgb(c) { return "rgb(" + c[0] + ", " + c[1] + ", " + c[2] + ")"; }
+
+  // The representative value of bucket `index` at `scale` (null: the zero bucket), as the
+  // histograms' mapping gives it: 2 l u / (l + u) of its edges, base = 2^(2^-scale).
+  function bucketValue(index, scale) {
+    if (index === null) return 0;
+    var base = Math.pow(2, Math.pow(2, -scale)), lower = Math.pow(base, index);
+    var upper = lower * base;
+    return 2 * lower * upper / (lower + upper);
+  }
+  // [row, column, probes, errors, median bucket, few(, scale)] -> its figures.
+  function figures(d, cell) {
+    var median = bucketValue(cell[4], cell.length > 6 ? cell[6] : d.scale);
+    return {row: cell[0], col: cell[1], probes: cell[2], errors: cell[3], median: median,
+            slowdown: d.expected ? median / d.expected : null, few: cell[5] === 1};
+  }
 
   function hatch(ctx) {
     var tile = document.createElement("canvas");
@@ -122,24 +137,36 @@
     label = Math.min(MAX_LABEL, Math.ceil(label) + 10);
     var box = {x: M.left + label, y: M.top, w: c.width - M.left - label - M.right - M.legend,
                h: rows * ROW};
-    var cw = box.w / d.columns, few = hatch(ctx), counted = {cells: 0, few: 0};
-    var byKey = {};
-    ctx.fillStyle = "#f7f8f9";
-    ctx.fillRect(box.x, box.y, box.w, box.h);
+    var cw = box.w / d.columns, counted = {cells: 0, few: 0}, byKey = {}, few = [];
+    // One pixel per cell on a canvas of its own, drawn scaled (thousands of columns).
+    var off = document.createElement("canvas");
+    off.width = d.columns;
+    off.height = rows;
+    var octx = off.getContext("2d"), img = octx.createImageData(d.columns, rows);
+    for (i = 0; i < img.data.length; i += 4) {
+      img.data[i] = 247; img.data[i + 1] = 248; img.data[i + 2] = 249; img.data[i + 3] = 255;
+    }
     d.cells.forEach(function (cell) {
-      var row = cell[0], col = cell[1], px = box.x + col * cw, py = box.y + row * ROW;
-      byKey[row + ":" + col] = cell;
-      if (cell[6]) {
-        ctx.fillStyle = few;
-        counted.few++;
-      } else if (cell[5] === null) {
-        ctx.fillStyle = FEW;
-      } else {
-        ctx.fillStyle = rgb(colour(cell[5]));
-      }
-      ctx.fillRect(px, py, Math.max(1, cw), ROW - 1);
+      var f = figures(d, cell), p = (f.row * d.columns + f.col) * 4;
+      var c = f.few || f.slowdown === null ? FEW_RGB : colour(f.slowdown);
+      img.data[p] = c[0]; img.data[p + 1] = c[1]; img.data[p + 2] = c[2];
+      byKey[f.row + ":" + f.col] = f;
+      if (f.few) { counted.few++; few.push(f); }
       counted.cells++;
     });
+    octx.putImageData(img, 0, 0);
+    ctx.imageSmoothingEnabled = false;
+    ctx.drawImage(off, box.x, box.y, box.w, box.h);
+    if (cw >= 4) {  // hatched where a cell is wide enough to show it
+      ctx.fillStyle = hatch(ctx);
+      few.forEach(function (f) {
+        ctx.fillRect(box.x + f.col * cw, box.y + f.row * ROW, cw, ROW);
+      });
+    }
+    if (rows <= 60) {  // a hairline between rows
+      ctx.fillStyle = "#ffffff";
+      for (i = 1; i < rows; i++) ctx.fillRect(box.x, box.y + i * ROW - 0.5, box.w, 1);
+    }
     // Labels; the rows the rule names slow over the range in red, with a bar.
     ctx.textAlign = "right";
     ctx.textBaseline = "middle";
@@ -173,12 +200,12 @@
       var r = c.canvas.getBoundingClientRect(), px = ev.clientX - r.left, py = ev.clientY - r.top;
       var col = Math.floor((px - box.x) / cw), row = Math.floor((py - box.y) / ROW);
       if (col < 0 || col >= d.columns || row < 0 || row >= rows) { out.textContent = ""; return; }
-      var cell = byKey[row + ":" + col], when = fmtTime(d.t0 + col * d.step) + " UTC (" +
+      var f = byKey[row + ":" + col], when = fmtTime(d.t0 + col * d.step) + " UTC (" +
         fmtSpan(d.step) + ")";
       out.textContent = d.servers[row] + " (" + d.words[row] + " over the range), " + when +
-        ": " + (cell ? "slowdown " + fmtRatio(cell[5]) + ", " + cell[2] + " probes" +
-                (cell[6] ? " (few)" : "") + ", median " + fmtLatency(cell[4]) +
-                (cell[3] ? ", errors " + cell[3] : "") : "no probes");
+        ": " + (f ? "slowdown " + fmtRatio(f.slowdown) + ", " + f.probes + " probes" +
+                (f.few ? " (few)" : "") + ", median " + fmtLatency(f.median) +
+                (f.errors ? ", errors " + f.errors : "") : "no probes");
     };
     c.canvas.onmouseleave = function () { out.textContent = ""; };
     fig.dataset.cells = counted.cells;

@@ -13,7 +13,8 @@ tests/test_report_servers.py checks them against ``server_reads`` and ``server_r
   of the op's probes whose server could not be told, judged like the others (as
   ``slowdown servers`` does) and worth seeing beside them. A target whose records name only
   ``unknown`` gets a note, not a figure.
-- **Cell**: the server's median in the step (as ``server_rule.quantile``) over the op's expected
+- **Cell**: the server's median in the step (as ``server_rule.quantile``: the bucket that holds
+  it, its value computed where it is drawn) over the op's expected
   median at the end of the range (``BaselineBook.expected``, the call ``slowdown servers
   --at END`` makes); ``few`` where the rule cannot bound the median
   (``server_rule.median_ranks`` out of range: fewer than ``MIN_PROBES`` probes).
@@ -32,10 +33,10 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from slowdown.analysis.histogram.histogram import mapping_for
 from slowdown.analysis.stats import server_rule, server_table
-from slowdown.analysis.store import server_cells, server_reads
+from slowdown.analysis.store import server_cells
 from slowdown.analysis.store.selection import Selection
+from slowdown.analysis.store.server_reads import ServerLatencies
 from slowdown.analysis.store.server_records import TEN
 
 STEPS = (TEN, 2 * TEN, 3 * TEN, 3600, 7200, 10800, 21600, 43200, 86400)
@@ -76,12 +77,12 @@ def collect(stores: Sequence, selection: Selection, start: int, end: int, report
     t0 = start - start % step
     columns = max(1, -(-(end - t0) // step))
     probes = cells.probes
-    median = _medians(cells, probes)
+    bucket, in_zero = _median_buckets(cells, probes)
     few = _few(probes)
     by_op: dict[tuple[str, str], dict[str, list[int]]] = {}
     for c, (target, op, server, _) in enumerate(cells.keys):
         by_op.setdefault((target, op), {}).setdefault(server, []).append(c)
-    words = _words(stores, selection) if by_op else {}
+    words = _words(cells) if by_op else {}
     out = {}
     for target, ops in target_ops.items():
         mine = {op: by_op[(target, op)] for op in ops if (target, op) in by_op}
@@ -102,26 +103,32 @@ def collect(stores: Sequence, selection: Selection, start: int, end: int, report
                     rows.append([row, (cells.keys[c][3] - t0) // step, c])
             rows.sort()
             marks = [words.get((target, op, n), server_rule.FEW) for n in names]
+            scales = [int(cells.scale[c]) for *_, c in rows]
+            scale = max(set(scales), key=scales.count)
             maps.append({
                 "op": op, "t0": t0, "step": step, "columns": columns, "start": start,
                 "end": end, "expected": _g(expected) if expected else None, "servers": names,
                 "words": marks, "slow": [n for n, w in zip(names, marks) if w == server_rule.SLOW],
                 "few": server_rule.MIN_PROBES, "probes": int(sum(probes[c] for *_, c in rows)),
-                "cells": [[row, column, int(probes[c]), int(cells.errors[c]), _g(median[c]),
-                           _g(median[c] / expected) if expected else None, int(few[c])]
-                          for row, column, c in rows]})
+                "scale": scale,
+                "cells": [[row, column, int(probes[c]), int(cells.errors[c]),
+                           None if in_zero[c] else int(bucket[c]), int(few[c]),
+                           *([s] if s != scale else [])]
+                          for (row, column, c), s in zip(rows, scales)]})
         out[target] = {"step": step, "maps": maps}
     return out
 
 
-def _medians(cells: server_cells.ServerCells, probes: np.ndarray) -> np.ndarray:
-    """Each cell's median as ``server_rule.quantile`` takes it: the representative value of
-    the bucket holding rank ``ceil(n / 2)`` (0 in the zero bucket), vectorised."""
+def _median_buckets(cells: server_cells.ServerCells, probes: np.ndarray
+                    ) -> tuple[np.ndarray, np.ndarray]:
+    """Each cell's median as ``server_rule.quantile`` takes it, vectorised: the bucket (at the
+    cell's scale) holding rank ``ceil(n / 2)``, or the zero bucket (True in the second
+    array); the median is that bucket's representative value (``mapping.value``)."""
     rank = np.maximum(1, -(-probes // 2))
-    out = np.full(len(cells.keys), np.nan)
-    out[(probes > 0) & (rank <= cells.zero)] = 0.0
+    in_zero = (probes > 0) & (rank <= cells.zero)
+    out = np.zeros(len(cells.keys), np.int64)
     if not cells.cell.size:
-        return out
+        return out, in_zero
     total = np.cumsum(cells.count)
     first = np.r_[0, np.flatnonzero(cells.cell[1:] != cells.cell[:-1]) + 1]
     before = np.zeros(len(cells.keys), np.int64)
@@ -129,14 +136,8 @@ def _medians(cells: server_cells.ServerCells, probes: np.ndarray) -> np.ndarray:
     seen = cells.zero[cells.cell] + total - before[cells.cell]
     at = np.flatnonzero(seen >= rank[cells.cell])
     which, where = np.unique(cells.cell[at], return_index=True)
-    pick = at[where]
-    pending = rank[which] > cells.zero[which]
-    which, pick = which[pending], pick[pending]
-    for s in np.unique(cells.scale[which]).tolist():
-        part = cells.scale[which] == s
-        lower, upper = mapping_for(s).bounds(cells.index[pick[part]])
-        out[which[part]] = 2.0 * lower * upper / (lower + upper)
-    return out
+    out[which] = cells.index[at[where]]
+    return out, in_zero
 
 
 def _few(probes: np.ndarray) -> np.ndarray:
@@ -148,11 +149,12 @@ def _few(probes: np.ndarray) -> np.ndarray:
     return out
 
 
-def _words(stores: Sequence, selection: Selection) -> dict[tuple[str, str, str], str]:
+def _words(cells: server_cells.ServerCells) -> dict[tuple[str, str, str], str]:
     """The rule's word per (target, op, server) over the whole range, as ``slowdown servers``
-    says it (``server_reads.read``, ``server_table.rows``)."""
-    read = server_reads.read(stores, selection)
-    rows = server_table.rows(read.latencies, lambda _t, _o: None)
+    says it (``server_table.rows`` over each server's steps merged)."""
+    latencies = {key: ServerLatencies(*key, h, errors)
+                 for key, (h, errors) in server_cells.whole(cells).items()}
+    rows = server_table.rows(latencies, lambda _t, _o: None)
     return {(r.target, f.op, r.server): f.judgment.word for r in rows for f in r.ops}
 
 

@@ -17,15 +17,20 @@ from dataclasses import dataclass
 import numpy as np
 
 from slowdown.analysis.histogram import codec
+from slowdown.analysis.histogram.buckets import BucketCounts
+from slowdown.analysis.histogram.histogram import Histogram
 from slowdown.analysis.store import server_records
 from slowdown.analysis.store.selection import Selection
 from slowdown.analysis.store.store import Store, StoreError
 
+_SERIES = "SELECT s.id, s.target, s.op, s.server FROM server_series s"
+# By name, then time: a cell's records (of every host of the file) are neighbours.
 _QUERY = """
-    SELECT s.target, s.op, s.server, t.start, t.errors, t.hist
+    SELECT t.series, t.start, t.errors, t.hist
     FROM server_tens t JOIN server_series s ON s.id = t.series
-    WHERE {where}
+    WHERE {where} ORDER BY s.target, s.op, s.server, t.start
 """
+CHUNK = 20_000  # records decoded at once: bounds the memory of a month's pairs
 
 
 @dataclass
@@ -55,15 +60,15 @@ def _empty(holds: bool) -> ServerCells:
 
 def _reduce(keys: list[tuple], scale: np.ndarray, zero: np.ndarray, errors: np.ndarray,
             cell: np.ndarray, index: np.ndarray, count: np.ndarray, holds: bool) -> ServerCells:
-    """Pairs of the same (cell, index) added; sorted."""
+    """Pairs of the same (cell, index) added; sorted by cell, then index."""
     if not cell.size:
         return ServerCells(keys, scale, zero, errors, cell, index, count, holds)
-    order = np.lexsort((index, cell))
-    cell, index, count = cell[order], index[order], count[order]
-    first = np.r_[True, (cell[1:] != cell[:-1]) | (index[1:] != index[:-1])]
-    starts = np.flatnonzero(first)
-    return ServerCells(keys, scale, zero, errors, cell[starts], index[starts],
-                       np.add.reduceat(count, starts), holds)
+    key = (cell << 32) + (index + (1 << 31))  # indices are int32: one sort key
+    order = np.argsort(key, kind="stable")
+    key = key[order]
+    starts = np.flatnonzero(np.r_[True, key[1:] != key[:-1]])
+    return ServerCells(keys, scale, zero, errors, cell[order[starts]], index[order[starts]],
+                       np.add.reduceat(count[order], starts), holds)
 
 
 def _read_file(store: Store, selection: Selection, step: int) -> ServerCells:
@@ -74,24 +79,62 @@ def _read_file(store: Store, selection: Selection, step: int) -> ServerCells:
         conn = store.conn
         if conn.execute("SELECT 1 FROM server_tens LIMIT 1").fetchone() is None:
             return _empty(False)
-        rows = conn.execute(_QUERY.format(where=where), params).fetchall()
+        ids: dict[tuple, int] = {}
+        name_of: dict[int, int] = {}
+        for series, *name in conn.execute(_SERIES):
+            name_of[series] = ids.setdefault(tuple(name), len(ids))
+        names = list(ids)
+        parts, carry = [], []
+        cursor = conn.execute(_QUERY.format(where=where), params)
+        while True:
+            rows = cursor.fetchmany(CHUNK)
+            if not rows:
+                if carry:
+                    parts.append(_chunk(carry, step, name_of))
+                break
+            rows = carry + rows
+            cut = len(rows)  # the last cell's rows wait for the next chunk, which may hold more
+            last = (name_of[rows[-1][0]], rows[-1][1] // step)
+            while cut and (name_of[rows[cut - 1][0]], rows[cut - 1][1] // step) == last:
+                cut -= 1
+            carry = rows[cut:]
+            if cut:
+                parts.append(_chunk(rows[:cut], step, name_of))
     except sqlite3.DatabaseError as exc:
         raise StoreError(f"{store.path}: {exc}") from None
-    if not rows:
+    cells = _concat(parts)
+    cells.keys = [(*names[name], column) for name, column in cells.keys]
+    return cells
+
+
+def _concat(parts: list[ServerCells]) -> ServerCells:
+    """Chunks holding distinct cells, one after the other."""
+    if not parts:
         return _empty(True)
-    ids: dict[tuple, int] = {}
-    label = np.fromiter((ids.setdefault((t, o, s, start - start % step), len(ids))
-                         for t, o, s, start, _, _ in rows), np.int64, len(rows))
-    errors = np.zeros(len(ids), np.int64)
-    np.add.at(errors, label, np.fromiter((r[4] for r in rows), np.int64, len(rows)))
-    blobs = [r[5] for r in rows]
-    order = np.argsort(label, kind="stable")
-    label = label[order]
-    blobs = [blobs[i] for i in order.tolist()]
+    offsets = np.cumsum([0, *(len(p.keys) for p in parts[:-1])])
+    return ServerCells(
+        [k for p in parts for k in p.keys],
+        *(np.concatenate([getattr(p, f) for p in parts]) for f in ("scale", "zero", "errors")),
+        np.concatenate([p.cell + o for p, o in zip(parts, offsets)]),
+        *(np.concatenate([getattr(p, f) for p in parts]) for f in ("index", "count")), True)
+
+
+def _chunk(rows: list[tuple], step: int, name_of: dict[int, int]) -> ServerCells:
+    """Records ordered by name and start into cells keyed (name, step start), whole cells."""
+    n = len(rows)
+    name = np.fromiter((name_of[r[0]] for r in rows), np.int64, n)
+    start = np.fromiter((r[1] for r in rows), np.int64, n)
+    column = start - start % step
+    new = np.r_[True, (name[1:] != name[:-1]) | (column[1:] != column[:-1])]
+    label = np.cumsum(new) - 1
+    keys = list(zip(name[new].tolist(), column[new].tolist()))
+    errors = np.zeros(len(keys), np.int64)
+    np.add.at(errors, label, np.fromiter((r[2] for r in rows), np.int64, n))
+    blobs = [r[3] for r in rows]
     own = np.frombuffer(b"".join(b[2:3] for b in blobs), np.int8).astype(np.int64)
-    scale = np.full(len(ids), 127, np.int64)
+    scale = np.full(len(keys), 127, np.int64)
     np.minimum.at(scale, label, own)
-    zero = np.zeros(len(ids), np.int64)
+    zero = np.zeros(len(keys), np.int64)
     cells, indices, counts = [], [], []
     for s in np.unique(scale).tolist():  # each cell at the coarsest scale among its records
         members = np.flatnonzero(scale[label] == s)
@@ -102,7 +145,6 @@ def _read_file(store: Store, selection: Selection, step: int) -> ServerCells:
             cells.append(g.label.astype(np.int64))
             indices.append(g.index.astype(np.int64))
             counts.append(g.count.astype(np.int64))
-    keys = list(ids)
     return _reduce(keys, scale, zero, errors, _joined(cells), _joined(indices), _joined(counts),
                    True)
 
@@ -136,6 +178,33 @@ def _merge(parts: Sequence[ServerCells]) -> ServerCells:
     return _reduce(list(ids), scale, zero, errors, cell, index, count, holds)
 
 
+def whole(cells: ServerCells) -> dict[tuple, tuple[Histogram, int]]:
+    """Each (target, op, server)'s histogram and errors over all its steps: what
+    ``server_reads.read`` gives for the whole range, from the cells already read."""
+    ids: dict[tuple, int] = {}
+    group = np.fromiter((ids.setdefault(k[:3], len(ids)) for k in cells.keys), np.int64,
+                        len(cells.keys))
+    scale = np.full(len(ids), 127, np.int64)
+    np.minimum.at(scale, group, cells.scale)
+    zero = np.bincount(group, weights=cells.zero, minlength=len(ids)).astype(np.int64)
+    errors = np.bincount(group, weights=cells.errors, minlength=len(ids)).astype(np.int64)
+    pair_group = group[cells.cell]
+    merged = _reduce(list(ids), scale, zero, errors, pair_group,
+                     cells.index >> (cells.scale[cells.cell] - scale[pair_group]), cells.count,
+                     cells.holds)
+    bounds = np.searchsorted(merged.cell, np.arange(len(ids) + 1))
+    out = {}
+    for g, key in enumerate(ids):
+        a, b = int(bounds[g]), int(bounds[g + 1])
+        h = Histogram(int(scale[g]))
+        h.buckets = BucketCounts(dict(zip(merged.index[a:b].tolist(),
+                                          merged.count[a:b].tolist())))
+        h.zero_count = int(zero[g])
+        h.count = h.zero_count + h.buckets.total()
+        out[key] = (h, int(errors[g]))
+    return out
+
+
 def _read_part(part: tuple[Sequence[Store], Selection, int]) -> ServerCells:
     stores, selection, step = part
     return _merge([_read_file(store, selection, step) for store in stores])
@@ -155,4 +224,4 @@ def read(stores: Sequence[Store], selection: Selection, step: int) -> ServerCell
     return _merge(results)
 
 
-__all__ = ["ServerCells", "read"]
+__all__ = ["ServerCells", "read", "whole"]
