@@ -226,3 +226,39 @@ def test_records_read_in_chunks_give_the_same_cells(fleet, tmp_path, monkeypatch
     whole = maps(report(tmp_path, fleet / "*.db"))
     monkeypatch.setattr(server_cells, "CHUNK", 7)  # cells cut between chunks
     assert maps(report(tmp_path, fleet / "*.db")) == whole
+
+
+def test_hosts_of_one_file_add_up_per_cell(tmp_path):
+    """A file holding two hosts' records (a merged copy): each cell holds both."""
+    from slowdown.analysis.histogram import Histogram
+
+    db = tmp_path / "both.db"
+    fill(db, T0, 20, lognormal(0.002, 0.3), targets=("work",), ops=("data-read",))
+    with Store(db) as store:
+        for host, n in (("n1", 10), ("n2", 7)):
+            h = Histogram()
+            h.record_many([0.002] * n)
+            store.write([], servers=[ServerRecord(host, "work", "data-read", name, T0, h)
+                                     for name in ("s1", "s2")])
+    m = maps(report(tmp_path, db))["data-read"]
+    assert [(m["servers"][c[0]], c[1], c[2], c[5]) for c in m["cells"]] == [
+        ("s1", 0, 17, 0), ("s2", 0, 17, 0)]
+
+
+def test_a_file_of_the_schema_before_per_server_records_says_so(tmp_path):
+    import sqlite3
+
+    from slowdown.analysis.store import schema, sql_functions
+    from testdata import migrationdata
+
+    db = tmp_path / "old.db"
+    migrationdata.build(db, 1)
+    conn = sqlite3.connect(db, isolation_level=None)
+    sql_functions.register(conn)
+    schema.migrate(conn, str(db), target=8)  # the release before per-server records
+    conn.close()
+    out = tmp_path / "old.html"
+    run("report", "--db", db, "--at", "2026-01-01T12:00:00Z", "--since", "2h", "-o", out)
+    text = out.read_text()
+    assert not maps(text) and re.findall(r'<p class="note servers-none">(.*?)</p>', text) == [
+        f"Servers: {html.escape(servermap.NONE_KEPT)}"] * text.count('<section class="target"')
