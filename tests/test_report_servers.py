@@ -260,5 +260,6 @@ def test_a_file_of_the_schema_before_per_server_records_says_so(tmp_path):
     out = tmp_path / "old.html"
     run("report", "--db", db, "--at", "2026-01-01T12:00:00Z", "--since", "2h", "-o", out)
     text = out.read_text()
+    assert text.count('<section class="target"') >= 1
     assert not maps(text) and re.findall(r'<p class="note servers-none">(.*?)</p>', text) == [
         f"Servers: {html.escape(servermap.NONE_KEPT)}"] * text.count('<section class="target"')
