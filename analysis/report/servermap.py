@@ -30,6 +30,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 
 import numpy as np
 
@@ -69,54 +70,55 @@ def _server_order(name: str) -> tuple:
 def collect(stores: Sequence, selection: Selection, start: int, end: int, report_step: int,
             book, target_ops: Mapping[str, Sequence[str]]) -> dict[str, dict]:
     """Per target: ``{"note": text}`` where there is nothing to draw, else ``{"step": ...,
-    "maps": [one per op with servers]}``."""
+    "maps": [one per op with servers]}``. A (target, op) is read at a time, so that only its
+    cells are in memory."""
     step = pick_step(report_step)
-    cells = server_cells.read(stores, selection, step)
-    if not cells.holds:
-        return {t: {"note": NONE_KEPT} for t in target_ops}
     t0 = start - start % step
     columns = max(1, -(-(end - t0) // step))
+    holds = False
+    out = {}
+    for target, ops in target_ops.items():
+        maps = []
+        for op in ops:
+            cells = server_cells.read(stores, replace(selection, pairs=((target, op),)), step)
+            holds = holds or cells.holds
+            if cells.keys:
+                found = book.expected(target, op, "median", end)
+                maps.append(_op_map(cells, op, found.value if found is not None else None,
+                                    t0, step, columns, start, end))
+        if not maps:
+            out[target] = {"note": NONE_HERE}
+        elif all(m["servers"] == [UNKNOWN] for m in maps):
+            out[target] = {"note": ONLY_UNKNOWN}
+        else:
+            out[target] = {"step": step, "maps": maps}
+    if not holds:
+        return {t: {"note": NONE_KEPT} for t in target_ops}
+    return out
+
+
+def _op_map(cells: server_cells.ServerCells, op: str, expected: float | None, t0: int,
+            step: int, columns: int, start: int, end: int) -> dict:
+    """One (target, op)'s heat map from its cells."""
     probes = cells.probes
     bucket, in_zero = _median_buckets(cells, probes)
     few = _few(probes)
-    by_op: dict[tuple[str, str], dict[str, list[int]]] = {}
-    for c, (target, op, server, _) in enumerate(cells.keys):
-        by_op.setdefault((target, op), {}).setdefault(server, []).append(c)
-    words = _words(cells) if by_op else {}
-    out = {}
-    for target, ops in target_ops.items():
-        mine = {op: by_op[(target, op)] for op in ops if (target, op) in by_op}
-        if not mine:
-            out[target] = {"note": NONE_HERE}
-            continue
-        if all(set(servers) == {UNKNOWN} for servers in mine.values()):
-            out[target] = {"note": ONLY_UNKNOWN}
-            continue
-        maps = []
-        for op, servers in mine.items():
-            found = book.expected(target, op, "median", end)
-            expected = found.value if found is not None else None
-            names = sorted(servers, key=_server_order)
-            rows = []
-            for row, name in enumerate(names):
-                for c in servers[name]:
-                    rows.append([row, (cells.keys[c][3] - t0) // step, c])
-            rows.sort()
-            marks = [words.get((target, op, n), server_rule.FEW) for n in names]
-            scales = [int(cells.scale[c]) for *_, c in rows]
-            scale = max(set(scales), key=scales.count)
-            maps.append({
-                "op": op, "t0": t0, "step": step, "columns": columns, "start": start,
-                "end": end, "expected": _g(expected) if expected else None, "servers": names,
-                "words": marks, "slow": [n for n, w in zip(names, marks) if w == server_rule.SLOW],
-                "few": server_rule.MIN_PROBES, "probes": int(sum(probes[c] for *_, c in rows)),
-                "scale": scale,
-                "cells": [[row, column, int(probes[c]), int(cells.errors[c]),
-                           None if in_zero[c] else int(bucket[c]), int(few[c]),
-                           *([s] if s != scale else [])]
-                          for (row, column, c), s in zip(rows, scales)]})
-        out[target] = {"step": step, "maps": maps}
-    return out
+    words = _words(cells)
+    names = sorted({k[2] for k in cells.keys}, key=_server_order)
+    row_of = {n: i for i, n in enumerate(names)}
+    rows = sorted((row_of[k[2]], (k[3] - t0) // step, c) for c, k in enumerate(cells.keys))
+    marks = [words.get(n, server_rule.FEW) for n in names]
+    scales = [int(cells.scale[c]) for *_, c in rows]
+    scale = max(set(scales), key=scales.count)
+    return {
+        "op": op, "t0": t0, "step": step, "columns": columns, "start": start, "end": end,
+        "expected": _g(expected) if expected else None, "servers": names, "words": marks,
+        "slow": [n for n, w in zip(names, marks) if w == server_rule.SLOW],
+        "few": server_rule.MIN_PROBES, "probes": int(probes.sum()), "scale": scale,
+        "cells": [[row, column, int(probes[c]), int(cells.errors[c]),
+                   None if in_zero[c] else int(bucket[c]), int(few[c]),
+                   *([s] if s != scale else [])]
+                  for (row, column, c), s in zip(rows, scales)]}
 
 
 def _median_buckets(cells: server_cells.ServerCells, probes: np.ndarray
@@ -149,13 +151,13 @@ def _few(probes: np.ndarray) -> np.ndarray:
     return out
 
 
-def _words(cells: server_cells.ServerCells) -> dict[tuple[str, str, str], str]:
-    """The rule's word per (target, op, server) over the whole range, as ``slowdown servers``
-    says it (``server_table.rows`` over each server's steps merged)."""
+def _words(cells: server_cells.ServerCells) -> dict[str, str]:
+    """The rule's word per server of one (target, op) over the whole range, as ``slowdown
+    servers`` says it (``server_table.rows`` over each server's steps merged)."""
     latencies = {key: ServerLatencies(*key, h, errors)
                  for key, (h, errors) in server_cells.whole(cells).items()}
     rows = server_table.rows(latencies, lambda _t, _o: None)
-    return {(r.target, f.op, r.server): f.judgment.word for r in rows for f in r.ops}
+    return {r.server: f.judgment.word for r in rows for f in r.ops}
 
 
 __all__ = ["NONE_HERE", "NONE_KEPT", "ONLY_UNKNOWN", "STEPS", "collect", "pick_step"]

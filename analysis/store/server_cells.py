@@ -23,14 +23,10 @@ from slowdown.analysis.store import server_records
 from slowdown.analysis.store.selection import Selection
 from slowdown.analysis.store.store import Store, StoreError
 
-_SERIES = "SELECT s.id, s.target, s.op, s.server FROM server_series s"
-# By name, then time: a cell's records (of every host of the file) are neighbours.
-_QUERY = """
-    SELECT t.series, t.start, t.errors, t.hist
-    FROM server_tens t JOIN server_series s ON s.id = t.series
-    WHERE {where} ORDER BY s.target, s.op, s.server, t.start
-"""
-CHUNK = 20_000  # records decoded at once: bounds the memory of a month's pairs
+_SERIES = "SELECT s.id, s.target, s.op, s.server FROM server_series s WHERE {where}"
+# One name's records (of every host of the file) at a time, through the primary key.
+_QUERY = "SELECT t.start, t.errors, t.hist FROM server_tens t WHERE t.series IN ({ids}) AND {when}"
+CHUNK = 20_000  # records decoded at once (whole names): bounds the memory of a month
 
 
 @dataclass
@@ -74,36 +70,32 @@ def _reduce(keys: list[tuple], scale: np.ndarray, zero: np.ndarray, errors: np.n
 def _read_file(store: Store, selection: Selection, step: int) -> ServerCells:
     if not server_records.holds(store.version):
         return _empty(False)
-    where, params = selection.where("t", server_records.TEN)
+    names, name_params = selection.series_where()
+    when, when_params = selection.time_where("t", server_records.TEN)
     try:
         conn = store.conn
         if conn.execute("SELECT 1 FROM server_tens LIMIT 1").fetchone() is None:
             return _empty(False)
-        ids: dict[tuple, int] = {}
-        name_of: dict[int, int] = {}
-        for series, *name in conn.execute(_SERIES):
-            name_of[series] = ids.setdefault(tuple(name), len(ids))
-        names = list(ids)
-        parts, carry = [], []
-        cursor = conn.execute(_QUERY.format(where=where), params)
-        while True:
-            rows = cursor.fetchmany(CHUNK)
-            if not rows:
-                if carry:
-                    parts.append(_chunk(carry, step, name_of))
-                break
-            rows = carry + rows
-            cut = len(rows)  # the last cell's rows wait for the next chunk, which may hold more
-            last = (name_of[rows[-1][0]], rows[-1][1] // step)
-            while cut and (name_of[rows[cut - 1][0]], rows[cut - 1][1] // step) == last:
-                cut -= 1
-            carry = rows[cut:]
-            if cut:
-                parts.append(_chunk(rows[:cut], step, name_of))
+        series: dict[tuple, list[int]] = {}
+        for sid, *name in conn.execute(_SERIES.format(where=names), name_params):
+            series.setdefault(tuple(name), []).append(sid)
+        ordered = sorted(series)
+        parts, rows, of = [], [], []
+        for i, name in enumerate(ordered):
+            ids = series[name]
+            found = conn.execute(_QUERY.format(ids=",".join("?" * len(ids)), when=when),
+                                 [*ids, *when_params]).fetchall()
+            found.sort(key=lambda r: r[0])  # hosts of one name: by time
+            rows += found
+            of += [i] * len(found)
+            if len(rows) >= CHUNK or i == len(ordered) - 1:
+                if rows:
+                    parts.append(_chunk(rows, of, step))
+                rows, of = [], []
     except sqlite3.DatabaseError as exc:
         raise StoreError(f"{store.path}: {exc}") from None
     cells = _concat(parts)
-    cells.keys = [(*names[name], column) for name, column in cells.keys]
+    cells.keys = [(*ordered[name], column) for name, column in cells.keys]
     return cells
 
 
@@ -119,18 +111,19 @@ def _concat(parts: list[ServerCells]) -> ServerCells:
         *(np.concatenate([getattr(p, f) for p in parts]) for f in ("index", "count")), True)
 
 
-def _chunk(rows: list[tuple], step: int, name_of: dict[int, int]) -> ServerCells:
-    """Records ordered by name and start into cells keyed (name, step start), whole cells."""
+def _chunk(rows: list[tuple], of: list[int], step: int) -> ServerCells:
+    """Records of whole names, by name (``of``) and time, into cells keyed (name, step
+    start)."""
     n = len(rows)
-    name = np.fromiter((name_of[r[0]] for r in rows), np.int64, n)
-    start = np.fromiter((r[1] for r in rows), np.int64, n)
+    name = np.asarray(of, np.int64)
+    start = np.fromiter((r[0] for r in rows), np.int64, n)
     column = start - start % step
     new = np.r_[True, (name[1:] != name[:-1]) | (column[1:] != column[:-1])]
     label = np.cumsum(new) - 1
     keys = list(zip(name[new].tolist(), column[new].tolist()))
     errors = np.zeros(len(keys), np.int64)
-    np.add.at(errors, label, np.fromiter((r[2] for r in rows), np.int64, n))
-    blobs = [r[3] for r in rows]
+    np.add.at(errors, label, np.fromiter((r[1] for r in rows), np.int64, n))
+    blobs = [r[2] for r in rows]
     own = np.frombuffer(b"".join(b[2:3] for b in blobs), np.int8).astype(np.int64)
     scale = np.full(len(keys), 127, np.int64)
     np.minimum.at(scale, label, own)
