@@ -13,7 +13,6 @@ import pytest
 
 from slowdown.analysis.cli.main import main
 from slowdown.analysis.report import servermap, serverpage
-from slowdown.analysis.report.png_servers import median
 from slowdown.analysis.stats import server_rule
 from slowdown.analysis.store import Selection, Store, server_reads
 from slowdown.analysis.store.server_records import ServerRecord
@@ -72,14 +71,14 @@ def test_cells_are_the_rule_s_medians_over_the_expected_value(fleet, tmp_path):
     assert m["step"] == 600 and m["columns"] == TENS and m["t0"] == T0
     assert m["servers"] == serverkit.server_names(8)
     with Store(db) as store:
-        for row, column, probes, _errors, bucket, few in m["cells"]:
+        for row, column, probes, _errors, median, few in servermap.cells_of(m):
             start = m["t0"] + column * m["step"]
             read = server_reads.read([store], Selection(start=start, end=start + m["step"]))
             h = read.latencies[("work", "data-read", m["servers"][row])].histogram
             assert probes == h.count
-            assert median(bucket, m["scale"]) == server_rule.quantile(h, 0.5)  # the same bucket
+            assert median == server_rule.quantile(h, 0.5)  # the same bucket
             assert few == (server_rule.median_interval(h) is None)
-    slowdown = {(c[0], c[1]): median(c[4], m["scale"]) / expected for c in m["cells"]}
+    slowdown = {(c[0], c[1]): c[4] / expected for c in servermap.cells_of(m)}
     slow_row = m["servers"].index(SLOW)
     assert all(slowdown[(slow_row, c)] > 4 for c in SLOW_TENS if (slow_row, c) in slowdown)
     assert all(slowdown[(slow_row, c)] < 2 for c in range(4) if (slow_row, c) in slowdown)
@@ -96,10 +95,11 @@ def test_the_slow_server_s_row_is_marked_as_the_rule_says(fleet, tmp_path):
 def test_few_cells_are_marked_and_drawn_as_such(fleet, tmp_path):
     text = report(tmp_path, fleet / "n1.db")
     m = maps(text)["data-read"]
-    few = [c for c in m["cells"] if c[5]]
-    assert few and len(few) < len(m["cells"])
+    cells = servermap.cells_of(m)
+    few = [c for c in cells if c[5]]
+    assert few and len(few) < len(cells) == m["cells"]
     assert all(c[2] < server_rule.MIN_PROBES for c in few)
-    assert all(c[2] >= server_rule.MIN_PROBES for c in m["cells"] if not c[5])
+    assert all(c[2] >= server_rule.MIN_PROBES for c in cells if not c[5])
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:
@@ -117,8 +117,20 @@ def test_few_cells_are_marked_and_drawn_as_such(fleet, tmp_path):
         drawn = {k: fig.get_attribute(f"data-{k}") for k in ("drawn", "cells", "few", "slow")}
         browser.close()
     assert not outside and not errors
-    assert drawn == {"drawn": "1", "cells": str(len(m["cells"])), "few": str(len(few)),
+    assert drawn == {"drawn": "1", "cells": str(len(cells)), "few": str(len(few)),
                      "slow": "1"}
+
+
+def test_the_rule_s_few_is_fewer_than_min_probes():
+    """A cell is few where the rule cannot bound its median: below MIN_PROBES, always."""
+    from slowdown.analysis.histogram import Histogram
+
+    for n in range(0, 3000):
+        low, high = server_rule.median_ranks(n)
+        assert (low < 1 or high > n) == (n < server_rule.MIN_PROBES), n
+    h = Histogram()
+    h.record_many([0.001] * (server_rule.MIN_PROBES - 1))
+    assert server_rule.median_interval(h) is None
 
 
 def test_two_hosts_merge_cell_by_cell(fleet, tmp_path):
@@ -126,12 +138,12 @@ def test_two_hosts_merge_cell_by_cell(fleet, tmp_path):
     both = maps(report(tmp_path, fleet / "*.db"))["data-read"]
 
     def probes(m):
-        return {(m["servers"][c[0]], c[1]): c[2] for c in m["cells"]}
+        return {(m["servers"][c[0]], c[1]): c[2] for c in servermap.cells_of(m)}
 
     a, b, merged = probes(one), probes(two), probes(both)
     assert set(merged) == set(a) | set(b)
     assert all(merged[k] == a.get(k, 0) + b.get(k, 0) for k in merged)
-    assert sum(1 for c in both["cells"] if c[5]) < sum(1 for c in one["cells"] if c[5])
+    assert sum(c[5] for c in servermap.cells_of(both)) < sum(c[5] for c in servermap.cells_of(one))
     assert both["slow"] == [SLOW]
 
 
@@ -144,7 +156,7 @@ def test_a_coarser_step_merges_whole_tens(fleet):
                                   {"work": ["data-read"]})["work"]
         m = found["maps"][0]
         assert found["step"] == m["step"] == 1200 and m["columns"] == TENS // 2
-        for row, column, probes, *_ in m["cells"]:
+        for row, column, probes, *_ in servermap.cells_of(m):
             start = T0 + column * 1200
             tens = [server_reads.read([store], Selection(start=t, end=t + 600)).latencies.get(
                 ("work", "data-read", m["servers"][row])) for t in (start, start + 600)]
@@ -213,11 +225,11 @@ def test_files_at_different_scales_merge_at_the_coarser(tmp_path):
     finally:
         for s in stores:
             s.close()
-    for row, column, probes, _e, bucket, few in m["cells"]:
+    for row, column, probes, _e, median, few in servermap.cells_of(m):
         h = read.latencies[("work", "data-read", m["servers"][row])].histogram
         assert column == 0 and h.scale == 2 == m["scale"]
         assert probes == h.count == 40 and not few
-        assert median(bucket, m["scale"]) == server_rule.quantile(h, 0.5)
+        assert median == server_rule.quantile(h, 0.5)
 
 
 def test_records_read_in_chunks_give_the_same_cells(fleet, tmp_path, monkeypatch):
@@ -241,8 +253,8 @@ def test_hosts_of_one_file_add_up_per_cell(tmp_path):
             store.write([], servers=[ServerRecord(host, "work", "data-read", name, T0, h)
                                      for name in ("s1", "s2")])
     m = maps(report(tmp_path, db))["data-read"]
-    assert [(m["servers"][c[0]], c[1], c[2], c[5]) for c in m["cells"]] == [
-        ("s1", 0, 17, 0), ("s2", 0, 17, 0)]
+    assert [(m["servers"][c[0]], c[1], c[2], c[5]) for c in servermap.cells_of(m)] == [
+        ("s1", 0, 17, False), ("s2", 0, 17, False)]
 
 
 def test_a_file_of_the_schema_before_per_server_records_says_so(tmp_path):

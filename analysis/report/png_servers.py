@@ -7,19 +7,13 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from slowdown.analysis.report.page import _slug
+from slowdown.analysis.report.servermap import cells_of
 from slowdown.analysis.units import format_duration
 
 # Slowdown -> colour, as report_servers.js draws it (log scale, 0.25x .. 32x).
 STOPS = ((0.25, "#2166ac"), (0.5, "#92c5de"), (1, "#f7f7f7"), (1.5, "#fddbc7"),
          (2, "#f4a582"), (4, "#d6604d"), (10, "#b2182b"), (32, "#67001f"))
 FEW, SLOW = "#c9ced4", "#b2182b"
-
-
-def median(bucket: int | None, scale: int) -> float:
-    """A cell's median: its bucket's representative value (None: the zero bucket)."""
-    from slowdown.analysis.histogram.histogram import mapping_for
-
-    return 0.0 if bucket is None else mapping_for(scale).value(bucket)
 
 
 def server_map(target: str, m: dict) -> bytes:
@@ -34,12 +28,11 @@ def server_map(target: str, m: dict) -> bytes:
     rows, columns = len(m["servers"]), m["columns"]
     values = np.full((rows, columns), np.nan)
     few = np.zeros((rows, columns))
-    for row, column, _probes, _errors, bucket, is_few, *scale in m["cells"]:
+    for row, column, _probes, _errors, median, is_few in cells_of(m):
         if is_few or not m["expected"]:
             few[row, column] = 1
         else:
-            values[row, column] = median(bucket, scale[0] if scale else m["scale"]) / \
-                m["expected"]
+            values[row, column] = median / m["expected"]
     lo, hi = math.log(STOPS[0][0]), math.log(STOPS[-1][0])
     cmap = LinearSegmentedColormap.from_list(
         "slowdown", [((math.log(v) - lo) / (hi - lo), c) for v, c in STOPS])

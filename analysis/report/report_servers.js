@@ -58,11 +58,24 @@
     var upper = lower * base;
     return 2 * lower * upper / (lower + upper);
   }
-  // [row, column, probes, errors, median bucket, few(, scale)] -> its figures.
-  function figures(d, cell) {
-    var median = bucketValue(cell[4], cell.length > 6 ? cell[6] : d.scale);
-    return {row: cell[0], col: cell[1], probes: cell[2], errors: cell[3], median: median,
-            slowdown: d.expected ? median / d.expected : null, few: cell[5] === 1};
+  // Each cell with probes: the map's dense rows (probes, the median's bucket less `lowest`;
+  // -1: the zero bucket, -2: at the cell's own scale, in `other`), sparse errors.
+  function cellsOf(d) {
+    var other = {}, errors = {}, out = [];
+    d.other.forEach(function (o) { other[o[0] + ":" + o[1]] = o; });
+    d.errors.forEach(function (e) { errors[e[0] + ":" + e[1]] = e[2]; });
+    d.probes.forEach(function (counts, r) {
+      counts.forEach(function (n, c) {
+        if (!n) return;
+        var b = d.median[r][c], key = r + ":" + c, median;
+        if (b === -1) median = 0;
+        else if (b === -2) median = bucketValue(other[key][3], other[key][2]);
+        else median = bucketValue(b + d.lowest, d.scale);
+        out.push({row: r, col: c, probes: n, errors: errors[key] || 0, median: median,
+                  slowdown: d.expected ? median / d.expected : null, few: n < d.few});
+      });
+    });
+    return out;
   }
 
   function hatch(ctx) {
@@ -146,8 +159,8 @@
     for (i = 0; i < img.data.length; i += 4) {
       img.data[i] = 247; img.data[i + 1] = 248; img.data[i + 2] = 249; img.data[i + 3] = 255;
     }
-    d.cells.forEach(function (cell) {
-      var f = figures(d, cell), p = (f.row * d.columns + f.col) * 4;
+    cellsOf(d).forEach(function (f) {
+      var p = (f.row * d.columns + f.col) * 4;
       var c = f.few || f.slowdown === null ? FEW_RGB : colour(f.slowdown);
       img.data[p] = c[0]; img.data[p + 1] = c[1]; img.data[p + 2] = c[2];
       byKey[f.row + ":" + f.col] = f;

@@ -14,10 +14,10 @@ tests/test_report_servers.py checks them against ``server_reads`` and ``server_r
   ``slowdown servers`` does) and worth seeing beside them. A target whose records name only
   ``unknown`` gets a note, not a figure.
 - **Cell**: the server's median in the step (as ``server_rule.quantile``: the bucket that holds
-  it, its value computed where it is drawn) over the op's expected
-  median at the end of the range (``BaselineBook.expected``, the call ``slowdown servers
-  --at END`` makes); ``few`` where the rule cannot bound the median
-  (``server_rule.median_ranks`` out of range: fewer than ``MIN_PROBES`` probes).
+  it, its value computed where it is drawn) over the op's expected median at the end of the
+  range (``BaselineBook.expected``, the call ``slowdown servers --at END`` makes); ``few``
+  where the rule cannot bound the median: fewer than ``MIN_PROBES`` probes (from which
+  ``server_rule.median_ranks`` stays in range for every count: tested).
 - **Row mark**: the rule's word for the server over the whole range
   (``server_table.rows``, what ``slowdown servers --since START --at END`` says).
 
@@ -42,6 +42,7 @@ from slowdown.analysis.store.server_records import TEN
 
 STEPS = (TEN, 2 * TEN, 3 * TEN, 3600, 7200, 10800, 21600, 43200, 86400)
 UNKNOWN = "unknown"
+ZERO, OTHER, NO_PROBES = -1, -2, -3  # a median's codes beside its bucket (see cells_of)
 NONE_KEPT = ("no per-server records: the service that wrote the data predates them, or the "
              "filesystem does not say which server served an op")
 NONE_HERE = "no per-server records of this target in this range"
@@ -99,26 +100,60 @@ def collect(stores: Sequence, selection: Selection, start: int, end: int, report
 
 def _op_map(cells: server_cells.ServerCells, op: str, expected: float | None, t0: int,
             step: int, columns: int, start: int, end: int) -> dict:
-    """One (target, op)'s heat map from its cells."""
+    """One (target, op)'s heat map from its cells, dense per row (see ``cells_of``)."""
     probes = cells.probes
     bucket, in_zero = _median_buckets(cells, probes)
-    few = _few(probes)
     words = _words(cells)
     names = sorted({k[2] for k in cells.keys}, key=_server_order)
     row_of = {n: i for i, n in enumerate(names)}
-    rows = sorted((row_of[k[2]], (k[3] - t0) // step, c) for c, k in enumerate(cells.keys))
+    row = np.fromiter((row_of[k[2]] for k in cells.keys), np.int64, len(cells.keys))
+    column = np.fromiter(((k[3] - t0) // step for k in cells.keys), np.int64, len(cells.keys))
+    scale = int(np.bincount(cells.scale - cells.scale.min()).argmax() + cells.scale.min())
+    own = (cells.scale == scale) & ~in_zero
+    lowest = int(bucket[own].min()) if own.any() else 0
+    dense = np.zeros((len(names), columns), np.int64)
+    dense[row, column] = probes
+    median = np.full((len(names), columns), NO_PROBES, np.int64)
+    median[row, column] = np.where(in_zero, ZERO, np.where(own, bucket - lowest, OTHER))
+    other = np.flatnonzero(~own & ~in_zero)
+    failed = np.flatnonzero(cells.errors)
     marks = [words.get(n, server_rule.FEW) for n in names]
-    scales = [int(cells.scale[c]) for *_, c in rows]
-    scale = max(set(scales), key=scales.count)
     return {
         "op": op, "t0": t0, "step": step, "columns": columns, "start": start, "end": end,
         "expected": _g(expected) if expected else None, "servers": names, "words": marks,
         "slow": [n for n, w in zip(names, marks) if w == server_rule.SLOW],
-        "few": server_rule.MIN_PROBES, "probes": int(probes.sum()), "scale": scale,
-        "cells": [[row, column, int(probes[c]), int(cells.errors[c]),
-                   None if in_zero[c] else int(bucket[c]), int(few[c]),
-                   *([s] if s != scale else [])]
-                  for (row, column, c), s in zip(rows, scales)]}
+        "few": server_rule.MIN_PROBES, "total": int(probes.sum()), "cells": len(cells.keys),
+        "scale": scale, "lowest": lowest, "probes": dense.tolist(),
+        "median": [[None if v == NO_PROBES else v for v in r] for r in median.tolist()],
+        "other": [[int(row[c]), int(column[c]), int(cells.scale[c]), int(bucket[c])]
+                  for c in other.tolist()],
+        "errors": [[int(row[c]), int(column[c]), int(cells.errors[c])] for c in failed.tolist()]}
+
+
+def cells_of(m: dict) -> list[tuple[int, int, int, int, float, bool]]:
+    """``(row, column, probes, errors, median, few)`` of each cell with probes of a map, from
+    its page form: ``probes[row][column]``; ``median[row][column]``, the bucket holding the
+    median less ``lowest`` at ``scale`` (``-1``: the zero bucket; ``-2``: at the cell's own
+    scale, in ``other`` as ``[row, column, scale, bucket]``), its value the bucket's
+    representative value (``mapping.value``); ``errors`` as ``[row, column, errors]`` where
+    any; few: fewer than ``few`` probes."""
+    from slowdown.analysis.histogram.histogram import mapping_for
+
+    other = {(r, c): (s, b) for r, c, s, b in m["other"]}
+    errors = {(r, c): e for r, c, e in m["errors"]}
+    out = []
+    for r, (counts, medians) in enumerate(zip(m["probes"], m["median"])):
+        for c, (n, b) in enumerate(zip(counts, medians)):
+            if not n:
+                continue
+            if b == ZERO:
+                value = 0.0
+            elif b == OTHER:
+                value = mapping_for(other[(r, c)][0]).value(other[(r, c)][1])
+            else:
+                value = mapping_for(m["scale"]).value(b + m["lowest"])
+            out.append((r, c, n, errors.get((r, c), 0), value, n < m["few"]))
+    return out
 
 
 def _median_buckets(cells: server_cells.ServerCells, probes: np.ndarray
@@ -142,15 +177,6 @@ def _median_buckets(cells: server_cells.ServerCells, probes: np.ndarray
     return out, in_zero
 
 
-def _few(probes: np.ndarray) -> np.ndarray:
-    """The rule's ``few``: no median interval (``server_rule.median_ranks`` out of range)."""
-    out = np.zeros(probes.size, bool)
-    for n in np.unique(probes).tolist():
-        low, high = server_rule.median_ranks(n)
-        out[probes == n] = low < 1 or high > n
-    return out
-
-
 def _words(cells: server_cells.ServerCells) -> dict[str, str]:
     """The rule's word per server of one (target, op) over the whole range, as ``slowdown
     servers`` says it (``server_table.rows`` over each server's steps merged)."""
@@ -160,4 +186,5 @@ def _words(cells: server_cells.ServerCells) -> dict[str, str]:
     return {r.server: f.judgment.word for r in rows for f in r.ops}
 
 
-__all__ = ["NONE_HERE", "NONE_KEPT", "ONLY_UNKNOWN", "STEPS", "collect", "pick_step"]
+__all__ = ["NONE_HERE", "NONE_KEPT", "ONLY_UNKNOWN", "STEPS", "cells_of", "collect",
+           "pick_step"]

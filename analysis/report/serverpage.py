@@ -49,7 +49,7 @@ def section(t: dict) -> str:
                 else "; no server slow over the range")
         caption = (f"<b>{escape(m['op'])}</b> per server: each server's median in each {step} "
                    f"over the op's {expected} (colour, log scale); hatched: fewer than "
-                   f"{m['few']} probes (few); {m['probes']} probes{slow}")
+                   f"{m['few']} probes (few); {m['total']} probes{slow}")
         parts.append(figure("servers", _slug("servers", name, m["op"]), caption, m,
                             {"target": name, "op": m["op"]}).replace(
             '<figure class="chart"', '<figure class="servers"', 1))
