@@ -275,3 +275,19 @@ def test_a_file_of_the_schema_before_per_server_records_says_so(tmp_path):
     assert text.count('<section class="target"') >= 1
     assert not maps(text) and re.findall(r'<p class="note servers-none">(.*?)</p>', text) == [
         f"Servers: {html.escape(servermap.NONE_KEPT)}"] * text.count('<section class="target"')
+
+
+def test_a_fleet_read_in_several_processes_adds_up_as_slowdown_servers(tmp_path):
+    """32 files: split between processes where there are two CPUs or more (``forking``),
+    merged per cell; each row's probes
+    add up to what ``slowdown servers`` counts for that server."""
+    serverkit.write_fleet(tmp_path / "many", 32, 3, T0, 3, per_node_ten=30, seed=2)
+    db = tmp_path / "many" / "*.db"
+    out = tmp_path / "many.html"
+    run("report", "--db", db, "--at", "2026-11-01T00:30:00Z", "--since", "30m", "-o", out)
+    m = maps(out.read_text())["data-read"]
+    rows = json.loads(run("servers", "--db", db, "--at", "2026-11-01T00:30:00Z", "--since",
+                          "30m", "--json"))
+    assert {m["servers"][r]: sum(counts) for r, counts in enumerate(m["probes"])} == {
+        r["server"]: r["probes"] for r in rows}
+    assert dict(zip(m["servers"], m["words"])) == {r["server"]: r["word"] for r in rows}
