@@ -279,8 +279,7 @@ def test_a_file_of_the_schema_before_per_server_records_says_so(tmp_path):
 
 def test_a_fleet_read_in_several_processes_adds_up_as_slowdown_servers(tmp_path):
     """32 files: split between processes where there are two CPUs or more (``forking``),
-    merged per cell; each row's probes
-    add up to what ``slowdown servers`` counts for that server."""
+    merged per cell; each row's probes add up to what ``slowdown servers`` counts."""
     serverkit.write_fleet(tmp_path / "many", 32, 3, T0, 3, per_node_ten=30, seed=2)
     db = tmp_path / "many" / "*.db"
     out = tmp_path / "many.html"
