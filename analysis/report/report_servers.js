@@ -161,8 +161,8 @@
     }
     cellsOf(d).forEach(function (f) {
       var p = (f.row * d.columns + f.col) * 4;
-      var c = f.few || f.slowdown === null ? FEW_RGB : colour(f.slowdown);
-      img.data[p] = c[0]; img.data[p + 1] = c[1]; img.data[p + 2] = c[2];
+      var shade = f.few || f.slowdown === null ? FEW_RGB : colour(f.slowdown);
+      img.data[p] = shade[0]; img.data[p + 1] = shade[1]; img.data[p + 2] = shade[2];
       byKey[f.row + ":" + f.col] = f;
       if (f.few) { counted.few++; few.push(f); }
       counted.cells++;
@@ -180,7 +180,7 @@
       ctx.fillStyle = "#ffffff";
       for (i = 1; i < rows; i++) ctx.fillRect(box.x, box.y + i * ROW - 0.5, box.w, 1);
     }
-    // Labels; the rows the rule names slow over the range in red, with a bar.
+    // Labels; the rows the rule names slow over the range in red, framed.
     ctx.textAlign = "right";
     ctx.textBaseline = "middle";
     d.servers.forEach(function (name, k) {
