@@ -175,9 +175,12 @@ def render(browser, path: Path) -> tuple[float, int, list]:
         long = page.locator("figure.long").count()  # the long-period figures' own script
         if long:
             page.wait_for_selector("body[data-long-rendered]", timeout=120_000)
+        servers = page.locator("figure.servers").count()  # the server heat maps' script
+        if servers:
+            page.wait_for_selector("body[data-servers-rendered]", timeout=120_000)
         took = time.perf_counter() - began
-        own = int(page.evaluate("document.body.dataset." + ("longRendered" if long else
-                                                             "rendered")))
+        mark = "serversRendered" if servers else "longRendered" if long else "rendered"
+        own = int(page.evaluate("document.body.dataset." + mark))
     finally:
         page.close()
     return took, own, logged

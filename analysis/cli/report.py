@@ -109,6 +109,7 @@ def report(ctx, dbs, targets, hosts, ops, at, since, until, output, statistics, 
     write_all(files)
     figures = sum(1 + 3 * sum(1 for f in t["op_figures"] if f.get("percentiles"))
                   + (4 + len(t["long"]["ops"]) if t.get("long", {}).get("ops") else 0)
+                  + len(t.get("servers", {}).get("maps", ()))
                   for t in doc["targets"])
     click.echo(f"report: {len(doc['targets'])} target(s), {figures} figures, "
                f"{files[0][0].stat().st_size / 1e6:.1f} MB -> {out}"

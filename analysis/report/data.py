@@ -37,7 +37,7 @@ import numpy as np
 
 from slowdown.analysis.histogram import codec
 from slowdown.analysis.histogram.mapping import MIN_SCALE
-from slowdown.analysis.report import longview
+from slowdown.analysis.report import longview, servermap
 from slowdown.analysis.report import provision as prov
 from slowdown.analysis.stats import history_by_file, series
 from slowdown.analysis.stats.window import quantile_of
@@ -364,6 +364,7 @@ def collect(reader, start: int, end: int, statistics: Sequence[str], windows: Se
 
         def expected(c: series.Cells, stat: str, step: int) -> np.ndarray:
             return series.expected_values(book, c, stat, first, end, step)
+    servers = servermap.collect(stores, selection, start, end, grid.step, book, target_ops)
     targets = []
     for target, ops in target_ops.items():
         hosts = sorted({h for h, t, _ in reader.series if t == target and (
@@ -406,7 +407,8 @@ def collect(reader, start: int, end: int, statistics: Sequence[str], windows: Se
                         "count": sum(f["count"] for f in op_figures),
                         "provisional": not any(b.target == target for rows in book.books
                                                for b in rows),
-                        "timeline": timeline, "provision": planned, "op_figures": op_figures})
+                        "timeline": timeline, "provision": planned, "op_figures": op_figures,
+                        "servers": servers[target]})
         if long_step:
             targets[-1]["long"] = longview.figures(target, ops, long_step, long_stat, at_step,
                                                    by_host, expected, start, end)

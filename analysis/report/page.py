@@ -17,7 +17,7 @@ import json
 from html import escape
 from importlib.resources import files
 
-from slowdown.analysis.report import longpage
+from slowdown.analysis.report import longpage, serverpage
 from slowdown.analysis.units import format_duration, format_latency
 
 
@@ -144,7 +144,8 @@ def _target_section(t: dict, doc: dict) -> str:
             f"<b>{escape(xob['unit'])} or better</b>: per-minute throughput (1 / mean "
             "latency) reached or beaten in a fraction of the minutes",
             xob, attrs, extra=_x_or_better_table(xob)))
-    parts.append("</div>" + (longpage.section(t) if "long" in t else "") + "</section>")
+    parts.append("</div>" + serverpage.section(t) + (longpage.section(t) if "long" in t else "")
+                 + "</section>")
     return "\n".join(parts)
 
 
@@ -160,6 +161,7 @@ def render(doc: dict, title: str = "slowdown report") -> str:
                       for line in doc.get("verdicts", ()))
     span = f"{_time(doc['from'])} .. {_time(doc['to'])}"
     long = any("long" in t for t in targets)
+    servers = serverpage.has_maps(targets)
     body = "\n".join(_target_section(t, doc) for t in targets) if targets else \
         '<section><p class="note">No data for the chosen targets, hosts and ops.</p></section>'
     return f"""<!DOCTYPE html>
@@ -171,7 +173,7 @@ def render(doc: dict, title: str = "slowdown report") -> str:
 <link rel="icon" href="data:,">
 <title>{escape(title)}: {escape(span)}</title>
 <style>
-{STYLE}{longpage.STYLE if long else ""}</style>
+{STYLE}{longpage.STYLE if long else ""}{serverpage.STYLE if servers else ""}</style>
 </head>
 <body>
 <header>
@@ -186,7 +188,7 @@ def render(doc: dict, title: str = "slowdown report") -> str:
 <footer>Made by slowdown report at {_time(doc['now'])}. Move the pointer over a chart to read
 its values. Times are UTC.</footer>
 <script>
-{SCRIPT}</script>{longpage.script() if long else ""}
+{SCRIPT}</script>{longpage.script() if long else ""}{serverpage.script() if servers else ""}
 </body>
 </html>
 """

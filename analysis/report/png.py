@@ -202,6 +202,10 @@ def figures(doc: dict) -> Iterator[tuple[str, bytes]]:
             yield f"{stem}-percentiles.png", percentiles(name, f["op"], f["percentiles"])
             yield f"{stem}-heatmap.png", heatmap(name, f["op"], f["heatmap"])
             yield f"{stem}-x-or-better.png", x_or_better(name, f["op"], f["x_or_better"])
+        if t.get("servers", {}).get("maps"):
+            from slowdown.analysis.report import png_servers
+
+            yield from png_servers.figures(t)
         if "long" in t:
             from slowdown.analysis.report import png_long
 
