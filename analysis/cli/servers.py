@@ -111,6 +111,7 @@ def _json_row(row: server_table.ServerRow) -> dict:
                           "expected": f.expected, "slowdown": clean(f.slowdown),
                           "others_median": clean(f.judgment.others_median),
                           "against_others": clean(f.judgment.against_others),
+                          "judged_against": f.judgment.against,
                           "word": f.judgment.word}
                    for f in row.ops},
     }

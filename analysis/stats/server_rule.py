@@ -11,7 +11,12 @@ The rule (docs/SERVERS.md, "Naming a slow server"), for each server of one (targ
   leaving out those a first pass found slow;
 - ``slow`` when the server's lower end stands above ``FACTOR`` times the others' upper end;
   ``few`` when either interval has no end (``l < 1`` or ``u > n``: fewer than ``MIN_PROBES``
-  probes, or no other server); else ``ok``.
+  probes, or no other server); else ``ok``;
+- a server alone in its op (no other server known: one MDS rank serves every metadata op)
+  has no others to stand above: it is judged against the op's expected value instead
+  (``judge_alone``), ``slow`` when its lower end stands above ``FACTOR`` times it. That
+  says the op is slow and the only server it goes to is this one; it cannot tell the server
+  from the way to it.
 
 The median, not a tail quantile: a hiccup of a few probes moves neither interval, and the
 interval of a median needs the fewest probes. Pure Python over bucket counts (no numpy):
@@ -105,6 +110,7 @@ class Judgment:
     others_median: float  # the other servers' pooled median (NaN: none)
     interval: tuple[float, float] | None  # its median's
     others_interval: tuple[float, float] | None
+    against: str = "others"  # what it was judged against: "others", or "expected" (alone)
 
     @property
     def against_others(self) -> float:
@@ -125,6 +131,19 @@ def judge_one(mine: Histogram, others: Histogram, z: float = Z,
         word = SLOW if interval[0] > factor * theirs[1] else OK
     return Judgment(word, mine.count, quantile(mine, 0.5), quantile(mine, 0.95),
                     quantile(others, 0.5), interval, theirs)
+
+
+def judge_alone(mine: Histogram, expected: float | None, z: float = Z,
+                factor: float = FACTOR) -> Judgment:
+    """The rule for a server with no other of its op, against the op's expected value (a
+    point: the baseline's median); ``few`` without a baseline or with too few probes."""
+    interval = median_interval(mine, z)
+    if interval is None or not expected or math.isnan(expected):
+        word = FEW
+    else:
+        word = SLOW if interval[0] > factor * expected else OK
+    return Judgment(word, mine.count, quantile(mine, 0.5), quantile(mine, 0.95), math.nan,
+                    interval, None, "expected")
 
 
 def judge(servers: Mapping[str, Histogram], z: float = Z,
@@ -181,6 +200,7 @@ __all__ = [
     "Judgment",
     "Z",
     "judge",
+    "judge_alone",
     "judge_one",
     "median_interval",
     "median_ranks",

@@ -8,6 +8,8 @@ op, and a server's row joins its ops: ``slow`` when any op of it is, ``ok`` when
 judged and none is slow, ``few`` when none could be judged. Its ``slowdown`` is its median
 over the op's expected value (the baseline, as every slowdown of the product), its
 ``against_others`` its median over the other servers' pooled median: the larger of its ops'.
+A server alone in its op (``unknown`` aside: one MDS rank) is judged against the op's
+expected value (``server_rule.judge_alone``), as nothing else is there to compare it with.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from dataclasses import dataclass, field
 
 from slowdown.analysis.stats import server_rule
 from slowdown.analysis.stats.server_rule import FEW, OK, SLOW, Judgment
+from slowdown.analysis.store.server_records import UNKNOWN
 
 WORD_RANK = {SLOW: 0, OK: 1, FEW: 2}
 
@@ -85,6 +88,9 @@ def rows(latencies: Mapping[tuple, object], expected: Callable[[str, str], float
         servers = by_op[(target, op)]
         judged = server_rule.judge({s: f.histogram for s, f in servers.items()})
         value = expected(target, op)
+        known = [s for s in servers if s != UNKNOWN]
+        if len(known) == 1:  # no other server to stand above: against the expected value
+            judged[known[0]] = server_rule.judge_alone(servers[known[0]].histogram, value)
         for server, judgment in judged.items():
             row = table.setdefault((target, server), ServerRow(target, server))
             row.ops.append(OpFigures(op, judgment, servers[server].errors, value))

@@ -66,6 +66,17 @@ def servers_words(databases: Iterable[Path], since: str = "10m") -> dict[str, di
     return {row["server"]: row for row in json.loads(done.stdout)}
 
 
+def slowdown_text(databases: Iterable[Path], *args: str) -> str:
+    """What ``slowdown ARGS --db ...`` prints over the nodes' files (``servers --since 1m``,
+    ``-v``), as a user reads it."""
+    argv = [sys.executable, "-m", "slowdown.analysis.cli.main", *args]
+    for db in databases:
+        argv += ["--db", str(db)]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    return f"$ slowdown {' '.join(args)} --db ...  (exit {done.returncode})\n" \
+        f"{done.stdout}{done.stderr}"
+
+
 def slow_ones(words: dict[str, dict]) -> list[str]:
     """The servers ``slowdown servers`` calls slow."""
     return sorted(name for name, row in words.items() if row["word"] == "slow")
