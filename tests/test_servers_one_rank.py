@@ -87,3 +87,25 @@ def test_the_rule_alone_needs_probes_and_an_expected_value():
     few = Histogram()
     few.record_many([0.1] * 14)
     assert server_rule.judge_alone(few, 0.001).word == "few"
+
+
+@pytest.mark.parametrize("everywhere", [True, False])
+def test_a_lone_server_is_named_only_above_the_servers_judged_together(tmp_path, everywhere):
+    """GlusterFS: md ops spread over four bricks, data reads all on the one brick holding the
+    data file. A filesystem slow everywhere (every brick 3x) slows that brick's reads 3x too,
+    which names no server; the data brick alone 10x is named."""
+    bricks = ["h1:/b1", "h2:/b2", "h3:/b3", "h4:/b4"]
+    md_slow = dict.fromkeys(bricks, 3.0) if everywhere else None
+    serverkit.write_fleet(tmp_path, 2, 4, T0, 4, op="md-stat", median=0.001, slow=md_slow,
+                          slow_tens=[3], seed=9, names=bricks)
+    serverkit.write_fleet(tmp_path, 2, 1, T0, 4, op="data-read", median=0.004,
+                          slow={"h1:/b1": 3.0 if everywhere else 10.0}, slow_tens=[3],
+                          seed=10, names=["h1:/b1"])
+    rows = rows_at(tmp_path, AT_SLOW)
+    read = rows["h1:/b1"]["per_op"]["data-read"]
+    assert read["judged_against"] == "expected" and read["slowdown"] > 2
+    if everywhere:
+        assert {r["word"] for r in rows.values()} == {"ok"}, rows
+    else:
+        assert rows["h1:/b1"]["word"] == "slow" and read["word"] == "slow"
+        assert {rows[b]["word"] for b in bricks[1:]} == {"ok"}

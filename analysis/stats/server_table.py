@@ -15,8 +15,8 @@ expected value (``server_rule.judge_alone``), as nothing else is there to compar
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 
 from slowdown.analysis.stats import server_rule
 from slowdown.analysis.stats.server_rule import FEW, OK, SLOW, Judgment
@@ -94,7 +94,31 @@ def rows(latencies: Mapping[tuple, object], expected: Callable[[str, str], float
         for server, judgment in judged.items():
             row = table.setdefault((target, server), ServerRow(target, server))
             row.ops.append(OpFigures(op, judgment, servers[server].errors, value))
+    _lone_above_the_rest(table.values())
     return sorted(table.values(), key=lambda r: (r.target, WORD_RANK[r.word], r.server))
+
+
+def _lone_above_the_rest(table_rows: Iterable[ServerRow]) -> None:
+    """A lone server found slow against its op's expected value stays ``slow`` only when its
+    slowdown also stands ``FACTOR`` times above the median slowdown of the target's servers
+    judged against each other: a filesystem slow everywhere (every brick 3x) slows the one
+    brick holding the data file 3x too, and that names no server. Without such servers (one
+    rank, no other op placed) the word stands: it cannot tell the server from the way to it."""
+    by_target: dict[str, list[ServerRow]] = {}
+    for row in table_rows:
+        by_target.setdefault(row.target, []).append(row)
+    for rows_of_target in by_target.values():
+        compared = [f.slowdown for r in rows_of_target if r.server != UNKNOWN for f in r.ops
+                    if f.judgment.against == "others" and f.judgment.word == OK
+                    and not math.isnan(f.slowdown)]
+        rest = _median(compared)
+        if rest is None:
+            continue
+        for row in rows_of_target:
+            for i, f in enumerate(row.ops):
+                if f.judgment.against == "expected" and f.judgment.word == SLOW \
+                        and not f.slowdown > server_rule.FACTOR * rest:
+                    row.ops[i] = replace(f, judgment=replace(f.judgment, word=OK))
 
 
 def slow_note(rows_of_target: Sequence[ServerRow]) -> str | None:
