@@ -10,7 +10,6 @@ also when the body raised.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import secrets
@@ -22,10 +21,9 @@ import time
 from pathlib import Path
 
 from tests.kit.testbed.ceph import CLIENT, LOCK_FILE, CephCluster, CephLedger, leftovers
+from tests.kit.testbed.cpu_quota import CpuQuotas
 from tests.kit.testbed.gluster import MachineLock
 from tests.kit.testbed.nodes import NamespaceNode, ProbeNode, Testbed, _terminated
-
-CPU_CGROUPS = Path("/sys/fs/cgroup/cpu")
 
 
 class CephTestbed(Testbed):
@@ -50,7 +48,7 @@ class CephTestbed(Testbed):
         self.others: list[NamespaceNode] = []
         self.times: dict[str, float] = {}
         self.remounts = 0
-        self._busy: dict[int, subprocess.Popen] = {}
+        self._quotas = CpuQuotas(self.ledger)
 
     def __enter__(self) -> CephTestbed:
         if threading.current_thread() is threading.main_thread():
@@ -109,31 +107,13 @@ class CephTestbed(Testbed):
         return name
 
     def slow_down(self, pid: int, percent: float, busy: bool = False) -> Path:
-        """Hold a daemon to ``percent`` of one CPU: a cpu cgroup of its own (cgroup v1's
-        ``cpu.cfs_quota_us``), named after the testbed and removed by ``clean``; ``busy``:
-        with a busy loop beside it in the group that uses the quota up (a loaded server:
-        a quota alone barely slows a daemon that needs little CPU)."""
-        group = CPU_CGROUPS / f"{self.ledger.prefix}-{pid}"
-        group.mkdir()
-        self.ledger.cgroups.append(group)  # type: ignore[attr-defined]
-        (group / "cpu.cfs_period_us").write_text("100000")
-        (group / "cpu.cfs_quota_us").write_text(str(int(1000 * percent)))
-        (group / "cgroup.procs").write_text(str(pid))
-        if busy:  # its command line names the prefix: ``clean`` ends it if the test does not
-            loop = subprocess.Popen(["sh", "-c", "while :; do :; done",
-                                     f"{self.ledger.prefix}-busy"])
-            self._busy[pid] = loop
-            (group / "cgroup.procs").write_text(str(loop.pid))
-        return group
+        """Hold a daemon to ``percent`` of one CPU (``cpu_quota.py``), removed by ``clean``;
+        ``busy``: with a busy loop beside it in the group that uses the quota up."""
+        return self._quotas.slow_down(pid, percent, busy)
 
     def release(self, pid: int) -> None:
-        """The daemon back in the root cpu cgroup, at full speed, its busy loop ended."""
-        with contextlib.suppress(ProcessLookupError, OSError):
-            (CPU_CGROUPS / "cgroup.procs").write_text(str(pid))
-        loop = self._busy.pop(pid, None)
-        if loop is not None:
-            loop.kill()
-            loop.wait()
+        """The daemon back at full speed, its busy loop ended."""
+        self._quotas.release(pid)
 
     def evict(self, node: NamespaceNode) -> str:
         """Evict ``node``'s client from the active MDS, as an admin does

@@ -34,8 +34,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tests.kit.faultfs.mounts import mount_fstype, wait_unmounted
+from tests.kit.testbed.cpu_quota import CPU_CGROUPS, CpuQuotas
 
-CPU_CGROUPS = Path("/sys/fs/cgroup/cpu")
 LOCK_FILE = Path("/run/lock/slowdown-testbed.lock")
 GLUSTERD_VOL = """volume management
     type mgmt/glusterd
@@ -205,7 +205,7 @@ class Server:
         self.bricks = bricks
         self.replica = replica
         self.host = socket.gethostname()
-        self._busy: dict[int, subprocess.Popen] = {}  # brick pid -> the busy loop beside it
+        self._quotas = CpuQuotas(ledger)
 
     @property
     def volume(self) -> str:
@@ -280,30 +280,13 @@ class Server:
         return found
 
     def slow_down(self, pid: int, percent: float, busy: bool = True) -> Path:
-        """Hold a brick's glusterfsd (every thread) to ``percent`` of one CPU: a cpu cgroup of
-        its own with a CFS quota, removed by ``clean``; ``busy``: with a busy loop beside it
-        in the group that uses the quota up (a loaded server), named after the prefix."""
-        group = CPU_CGROUPS / f"{self.ledger.prefix}-{pid}"
-        group.mkdir()
-        self.ledger.cgroups.append(group)
-        (group / "cpu.cfs_period_us").write_text("100000")
-        (group / "cpu.cfs_quota_us").write_text(str(int(1000 * percent)))
-        (group / "cgroup.procs").write_text(str(pid))  # the process with all its threads
-        if busy:
-            loop = subprocess.Popen(["sh", "-c", "while :; do :; done",
-                                     f"{self.ledger.prefix}-busy"])
-            self._busy[pid] = loop
-            (group / "cgroup.procs").write_text(str(loop.pid))
-        return group
+        """Hold a brick's glusterfsd to ``percent`` of one CPU (``cpu_quota.py``), removed by
+        ``clean``; ``busy``: with a busy loop beside it in the group that uses the quota up."""
+        return self._quotas.slow_down(pid, percent, busy)
 
     def release(self, pid: int) -> None:
-        """A brick's server back in the root cpu cgroup, at full speed, its busy loop ended."""
-        with contextlib.suppress(ProcessLookupError, OSError):
-            (CPU_CGROUPS / "cgroup.procs").write_text(str(pid))
-        loop = self._busy.pop(pid, None)
-        if loop is not None:
-            loop.kill()
-            loop.wait()
+        """The daemon back at full speed, its busy loop ended."""
+        self._quotas.release(pid)
 
     def restart_bricks(self) -> None:
         """Start the bricks that are down (``volume start force``), as an admin would."""
@@ -320,7 +303,7 @@ class Server:
             except Exception as exc:  # go on: the rest must still be undone
                 problems.append(f"{what}: {exc}")
 
-        for pid in list(self._busy):
+        for pid in list(self._quotas.busy):
             attempt(f"release {pid}", self.release, pid)
         for pid in pids_mentioning(prefix):  # a frozen brick would hang volume stop
             with contextlib.suppress(ProcessLookupError):
