@@ -537,8 +537,8 @@
     });
   }
 
-  // The helpers of the page's other scripts (report_long.js, report_servers.js), inlined
-  // after this one: one copy of each on the page.
+  // The helpers of the page's other scripts (the long-period figures', the server maps'),
+  // inlined after this one: one copy of each on the page.
   window.slowdownReport = {COLORS: COLORS, pad: pad, fmtTime: fmtTime, fmtSpan: fmtSpan,
                            fmtLatency: fmtLatency, fmtRatio: fmtRatio, logTicks: logTicks,
                            timeTicks: timeTicks, timeLabel: timeLabel, extent: extent,
