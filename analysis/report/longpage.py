@@ -3,7 +3,8 @@ op figures, and their own style sheet and script (``report_long.css``, ``report_
 inlined only into a page that has them, so that a report without them is the same bytes as
 before they existed. Their figures are ``figure.long`` (not ``figure.chart``: the main
 script draws only its own kinds); the long script marks each as drawn as the main one does
-(``data-drawn``; ``<body data-long-figures>``)."""
+(``data-drawn``; ``<body data-long-figures>``), with the main script's helpers
+(``window.slowdownReport``)."""
 
 from __future__ import annotations
 

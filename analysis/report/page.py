@@ -7,7 +7,9 @@ inlined whole into every report. The script finds every ``figure.chart``, parses
 block inside it and draws the figure on its canvas. After drawing it notes what it drew on the
 figure (``data-drawn``, and ``data-total``/``data-cells`` on heat maps, ``data-points`` on line
 charts) and, when all are done, the time since navigation start on ``<body data-rendered>``:
-tests read these back.
+tests read these back. It is inlined first and lends its helpers (formats, ticks, canvas
+setup, legend, readout, the drawing loop) to the page's other scripts as
+``window.slowdownReport``.
 """
 
 from __future__ import annotations

@@ -1,3 +1,5 @@
+// The report page's script (analysis/report/page.py), inlined first into every report: draws
+// every figure.chart, and lends its helpers to the page's other scripts (slowdownReport).
 (function () {
   "use strict";
   var COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b",
@@ -36,11 +38,13 @@
     if (a >= 100) return v.toFixed(0);
     return String(Number(v.toPrecision(3)));
   }
-  function fmtLatency(s) {
+  // Seconds as us, ms or s to three significant digits, from 100 s on in whole seconds
+  // unless `significant` (1234.5 s: "1235s", or "1230s").
+  function fmtLatency(s, significant) {
     if (s === null || s === undefined) return "-";
     if (s < 1e-3) return (s * 1e6).toFixed(0) + "us";
     if (s < 1) return Number((s * 1e3).toPrecision(3)) + "ms";
-    if (s < 100) return Number(s.toPrecision(3)) + "s";
+    if (s < 100 || significant) return Number(s.toPrecision(3)) + "s";
     return Math.round(s) + "s";
   }
   function fmtRatio(v) {
@@ -85,10 +89,13 @@
   }
   var TIME_STEPS = [60, 300, 600, 1800, 3600, 7200, 10800, 21600, 43200, 86400, 172800,
                     604800, 1209600, 2592000];
-  function timeTicks(t0, t1, width) {
-    var most = Math.max(2, Math.floor(width / 90)), step = TIME_STEPS[TIME_STEPS.length - 1];
-    for (var i = 0; i < TIME_STEPS.length; i++) {
-      if ((t1 - t0) / TIME_STEPS[i] <= most) { step = TIME_STEPS[i]; break; }
+  // Ticks over [t0, t1] about 90 px apart on `width` px, at the first of `steps` (seconds;
+  // TIME_STEPS if not given) that is coarse enough.
+  function timeTicks(t0, t1, width, steps) {
+    steps = steps || TIME_STEPS;
+    var most = Math.max(2, Math.floor(width / 90)), step = steps[steps.length - 1];
+    for (var i = 0; i < steps.length; i++) {
+      if ((t1 - t0) / steps[i] <= most) { step = steps[i]; break; }
     }
     var out = [];
     for (var t = Math.ceil(t0 / step) * step; t <= t1; t += step) out.push(t);
@@ -228,11 +235,13 @@
     });
   }
 
+  // The figure's readout says text(px, py) while the pointer is over the canvas (and, given
+  // a `box`, within its x range), nothing otherwise.
   function hover(fig, canvas, box, text) {
     var out = fig.querySelector(".readout");
     canvas.onmousemove = function (ev) {
       var r = canvas.getBoundingClientRect(), px = ev.clientX - r.left, py = ev.clientY - r.top;
-      if (px < box.x || px > box.x + box.w) { out.textContent = ""; return; }
+      if (box && (px < box.x || px > box.x + box.w)) { out.textContent = ""; return; }
       out.textContent = text(px, py) || "";
     };
     canvas.onmouseleave = function () { out.textContent = ""; };
@@ -498,28 +507,42 @@
   var DRAW = {timeline: drawTimeline, percentiles: drawPercentiles, heatmap: drawHeatmap,
               x_or_better: drawXorBetter};
 
-  function drawAll() {
-    var figures = document.querySelectorAll("figure.chart"), failed = 0;
-    for (var i = 0; i < figures.length; i++) {
-      var fig = figures[i];
-      try {
-        var d = JSON.parse(fig.querySelector("script[type='application/json']").textContent);
-        DRAW[fig.dataset.kind](fig, d);
-        fig.dataset.drawn = "1";
-      } catch (err) {
-        failed++;
-        fig.dataset.drawn = "0";
-        console.error("slowdown report: figure " + fig.id + " not drawn: " + err);
+  // Draws every figure matching `selector` with draw[its data-kind], marks each drawn or not
+  // (data-drawn), counts the drawn ones on <body data-COUNT> and the time since navigation
+  // start on <body data-TIME> (tests read them), and draws them again once the window has
+  // not been resized for 150 ms.
+  function drawFigures(selector, draw, count, time) {
+    function drawAll() {
+      var figures = document.querySelectorAll(selector), failed = 0;
+      for (var i = 0; i < figures.length; i++) {
+        var fig = figures[i];
+        try {
+          var d = JSON.parse(fig.querySelector("script[type='application/json']").textContent);
+          draw[fig.dataset.kind](fig, d);
+          fig.dataset.drawn = "1";
+        } catch (err) {
+          failed++;
+          fig.dataset.drawn = "0";
+          console.error("slowdown report: figure " + fig.id + " not drawn: " + err);
+        }
       }
+      document.body.dataset[count] = figures.length - failed;
     }
-    document.body.dataset.figures = figures.length - failed;
+    drawAll();
+    document.body.dataset[time] = Math.round(performance.now());
+    var pending = null;
+    window.addEventListener("resize", function () {
+      if (pending) clearTimeout(pending);
+      pending = setTimeout(drawAll, 150);
+    });
   }
 
-  drawAll();
-  document.body.dataset.rendered = Math.round(performance.now());
-  var pending = null;
-  window.addEventListener("resize", function () {
-    if (pending) clearTimeout(pending);
-    pending = setTimeout(drawAll, 150);
-  });
+  // The helpers of the page's other scripts (the long-period figures', the server maps'),
+  // inlined after this one: one copy of each on the page.
+  window.slowdownReport = {COLORS: COLORS, pad: pad, fmtTime: fmtTime, fmtSpan: fmtSpan,
+                           fmtLatency: fmtLatency, fmtRatio: fmtRatio, logTicks: logTicks,
+                           timeTicks: timeTicks, timeLabel: timeLabel, extent: extent,
+                           setup: setup, legend: legend, hover: hover,
+                           drawFigures: drawFigures};
+  drawFigures("figure.chart", DRAW, "figures", "rendered");
 })();

@@ -3,30 +3,20 @@
 // its own, inlined after the main one only into pages that have these figures.
 (function () {
   "use strict";
-  var COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b",
-                "#e377c2", "#17becf", "#7f7f7f", "#bcbd22"];
+  var R = window.slowdownReport;  // the main script's helpers (report.js)
+  var COLORS = R.COLORS, pad = R.pad, fmtTime = R.fmtTime, logTicks = R.logTicks,
+      setup = R.setup, legend = R.legend;
   var STAT_COLORS = {median: "#1f77b4", q95: "#ff7f0e", q99: "#d62728", max: "#7f7f7f"};
   var DAYS = ["Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun"];
   var M = {left: 62, right: 16, top: 10, bottom: 26};
   var BAND = "rgba(44, 160, 44, 0.10)", RUN = "rgba(44, 160, 44, 0.28)";
 
-  function pad(n) { return n < 10 ? "0" + n : "" + n; }
   function fmtDay(t) {
     var d = new Date(t * 1000);
     return pad(d.getUTCMonth() + 1) + "-" + pad(d.getUTCDate());
   }
-  function fmtTime(t) {
-    var d = new Date(t * 1000);
-    return d.getUTCFullYear() + "-" + fmtDay(t) + " " + pad(d.getUTCHours()) + ":" +
-      pad(d.getUTCMinutes());
-  }
-  function fmtLatency(s) {
-    if (s === null || s === undefined) return "-";
-    if (s < 1e-3) return (s * 1e6).toFixed(0) + "us";
-    if (s < 1) return Number((s * 1e3).toPrecision(3)) + "ms";
-    return Number(s.toPrecision(3)) + "s";
-  }
-  function fmtRatio(v) {
+  function fmtLatency(s) { return R.fmtLatency(s, true); }
+  function fmtRatio(v) {  // three significant digits, unlike the main script's
     return v === null || v === undefined ? "-" : String(Number(v.toPrecision(3)));
   }
 
@@ -40,44 +30,7 @@
               return log ? Math.exp(v) : v;
             }};
   }
-  function logTicks(lo, hi) {
-    var out = [], mults = [1], decades = Math.log10(hi / lo);
-    if (decades < 1.5) mults = [1, 2, 5];
-    if (decades < 0.6) mults = [1, 1.5, 2, 3, 5, 7];
-    for (var k = Math.floor(Math.log10(lo)) - 1; k <= Math.ceil(Math.log10(hi)); k++) {
-      for (var m = 0; m < mults.length; m++) {
-        var v = mults[m] * Math.pow(10, k);
-        if (v >= lo && v <= hi) out.push(v);
-      }
-    }
-    return out;
-  }
-  function extent(arrays) {
-    var lo = Infinity, hi = -Infinity;
-    arrays.forEach(function (values) {
-      values.forEach(function (v) {
-        if (v === null || !(v > 0)) return;
-        if (v < lo) lo = v;
-        if (v > hi) hi = v;
-      });
-    });
-    return lo <= hi ? [lo, hi] : [1e-3, 1];
-  }
-
-  function setup(fig, height) {
-    var canvas = fig.querySelector("canvas");
-    var width = Math.max(320, Math.floor(fig.clientWidth - 18));
-    var ratio = window.devicePixelRatio || 1;
-    canvas.width = Math.round(width * ratio);
-    canvas.height = Math.round(height * ratio);
-    canvas.style.width = width + "px";
-    canvas.style.height = height + "px";
-    var ctx = canvas.getContext("2d");
-    ctx.setTransform(ratio, 0, 0, ratio, 0, 0);
-    ctx.clearRect(0, 0, width, height);
-    ctx.font = "11px sans-serif";
-    return {canvas: canvas, ctx: ctx, width: width, height: height};
-  }
+  function extent(arrays) { return R.extent(arrays, true) || [1e-3, 1]; }
 
   // A box with a y scale (grid, labels) and x ticks given as [value, label] pairs.
   function frame(ctx, box, y, yfmt, xticks, x, label) {
@@ -145,25 +98,7 @@
     ctx.fillStyle = BAND;
     ctx.fillRect(box.x, top, box.w, box.y + box.h - top);
   }
-  function legend(fig, items) {
-    var div = fig.querySelector(".legend");
-    div.textContent = "";
-    items.forEach(function (item) {
-      var span = document.createElement("span"), mark = document.createElement("i");
-      mark.style.background = item[1];
-      span.appendChild(mark);
-      span.appendChild(document.createTextNode(item[0]));
-      div.appendChild(span);
-    });
-  }
-  function hover(fig, canvas, text) {
-    var out = fig.querySelector(".readout");
-    canvas.onmousemove = function (ev) {
-      var r = canvas.getBoundingClientRect();
-      out.textContent = text(ev.clientX - r.left, ev.clientY - r.top) || "";
-    };
-    canvas.onmouseleave = function () { out.textContent = ""; };
-  }
+  function hover(fig, canvas, text) { R.hover(fig, canvas, null, text); }
   function ratioScale(values, box) {
     var r = extent(values);
     return scale(Math.min(0.5, r[0] * 0.8), Math.max(2, r[1] * 1.25), box.y + box.h, box.y,
@@ -374,28 +309,5 @@
   var DRAW = {long_slowdown: drawSlowdown, rhythm: drawRhythm, long_boxes: drawOpBoxes,
               host_boxes: drawHostBoxes, long_timeline: drawLongTimeline};
 
-  function drawAll() {
-    var figures = document.querySelectorAll("figure.long"), failed = 0;
-    for (var i = 0; i < figures.length; i++) {
-      var fig = figures[i];
-      try {
-        var d = JSON.parse(fig.querySelector("script[type='application/json']").textContent);
-        DRAW[fig.dataset.kind](fig, d);
-        fig.dataset.drawn = "1";
-      } catch (err) {
-        failed++;
-        fig.dataset.drawn = "0";
-        console.error("slowdown report: figure " + fig.id + " not drawn: " + err);
-      }
-    }
-    document.body.dataset.longFigures = figures.length - failed;
-  }
-
-  drawAll();
-  document.body.dataset.longRendered = Math.round(performance.now());
-  var pending = null;
-  window.addEventListener("resize", function () {
-    if (pending) clearTimeout(pending);
-    pending = setTimeout(drawAll, 150);
-  });
+  R.drawFigures("figure.long", DRAW, "longFigures", "longRendered");
 })();

@@ -4,6 +4,8 @@
 // inlined after the main one only into pages that have these figures.
 (function () {
   "use strict";
+  var R = window.slowdownReport;  // the main script's helpers (report.js)
+  var fmtTime = R.fmtTime, fmtSpan = R.fmtSpan, fmtRatio = R.fmtRatio, setup = R.setup;
   var M = {left: 8, right: 16, top: 8, bottom: 26, legend: 70};
   var MAX_LABEL = 240;
   // Slowdown -> colour: blue below 1, near white at 1, red above (log scale, 0.25x .. 32x).
@@ -11,30 +13,11 @@
                [1.5, [253, 219, 199]], [2, [244, 165, 130]], [4, [214, 96, 77]],
                [10, [178, 24, 43]], [32, [103, 0, 31]]];
   var FEW = "#c9ced4", FEW_RGB = [201, 206, 212], SLOW = "#b2182b";
+  // Tick steps from 10 minutes on (the main script's from 1 minute).
   var TIME_STEPS = [600, 1800, 3600, 7200, 10800, 21600, 43200, 86400, 172800, 604800,
                     1209600, 2592000];
 
-  function pad(n) { return n < 10 ? "0" + n : "" + n; }
-  function fmtTime(t) {
-    var d = new Date(t * 1000);
-    return d.getUTCFullYear() + "-" + pad(d.getUTCMonth() + 1) + "-" + pad(d.getUTCDate()) +
-      " " + pad(d.getUTCHours()) + ":" + pad(d.getUTCMinutes());
-  }
-  function fmtSpan(s) {
-    if (s % 86400 === 0) return s / 86400 + "d";
-    if (s % 3600 === 0) return s / 3600 + "h";
-    return s / 60 + "m";
-  }
-  function fmtLatency(s) {
-    if (s === null || s === undefined) return "-";
-    if (s < 1e-3) return (s * 1e6).toFixed(0) + "us";
-    if (s < 1) return Number((s * 1e3).toPrecision(3)) + "ms";
-    return Number(s.toPrecision(3)) + "s";
-  }
-  function fmtRatio(v) {
-    if (v === null || v === undefined) return "-";
-    return v < 100 ? v.toFixed(1) : v.toFixed(0);
-  }
+  function fmtLatency(s) { return R.fmtLatency(s, true); }
 
   function colour(v) {
     var lv = Math.log(v), i;
@@ -89,37 +72,6 @@
     t.lineWidth = 1.5;
     t.beginPath(); t.moveTo(0, 6); t.lineTo(6, 0); t.stroke();
     return ctx.createPattern(tile, "repeat");
-  }
-
-  function timeTicks(t0, t1, width) {
-    var most = Math.max(2, Math.floor(width / 90)), step = TIME_STEPS[TIME_STEPS.length - 1];
-    for (var i = 0; i < TIME_STEPS.length; i++) {
-      if ((t1 - t0) / TIME_STEPS[i] <= most) { step = TIME_STEPS[i]; break; }
-    }
-    var out = [];
-    for (var t = Math.ceil(t0 / step) * step; t <= t1; t += step) out.push(t);
-    return {ticks: out, step: step};
-  }
-  function timeLabel(t, step) {
-    var s = fmtTime(t);
-    if (step >= 86400) return s.slice(5, 10);
-    if (t % 86400 === 0 || step >= 21600) return s.slice(5, 16);
-    return s.slice(11, 16);
-  }
-
-  function setup(fig, height) {
-    var canvas = fig.querySelector("canvas");
-    var width = Math.max(320, Math.floor(fig.clientWidth - 18));
-    var ratio = window.devicePixelRatio || 1;
-    canvas.width = Math.round(width * ratio);
-    canvas.height = Math.round(height * ratio);
-    canvas.style.width = width + "px";
-    canvas.style.height = height + "px";
-    var ctx = canvas.getContext("2d");
-    ctx.setTransform(ratio, 0, 0, ratio, 0, 0);
-    ctx.clearRect(0, 0, width, height);
-    ctx.font = "11px sans-serif";
-    return {canvas: canvas, ctx: ctx, width: width, height: height};
   }
 
   function drawLegend(ctx, x, y, h) {
@@ -198,56 +150,31 @@
     ctx.strokeStyle = "#9aa3ad";
     ctx.lineWidth = 1;
     ctx.strokeRect(box.x + 0.5, box.y + 0.5, box.w - 1, box.h - 1);
-    var t1 = d.t0 + d.columns * d.step, tt = timeTicks(d.t0, t1, box.w);
+    var t1 = d.t0 + d.columns * d.step, tt = R.timeTicks(d.t0, t1, box.w, TIME_STEPS);
     ctx.fillStyle = "#5b6570";
     ctx.textAlign = "center";
     ctx.textBaseline = "top";
     for (i = 0; i < tt.ticks.length; i++) {
       var tx = box.x + (tt.ticks[i] - d.t0) / (t1 - d.t0) * box.w;
       ctx.fillRect(Math.round(tx), box.y + box.h, 1, 4);
-      ctx.fillText(timeLabel(tt.ticks[i], tt.step), tx, box.y + box.h + 5);
+      ctx.fillText(R.timeLabel(tt.ticks[i], tt.step), tx, box.y + box.h + 5);
     }
     drawLegend(ctx, box.x + box.w + 24, box.y + 4, Math.max(100, Math.min(box.h, 200)) - 8);
-    var out = fig.querySelector(".readout");
-    c.canvas.onmousemove = function (ev) {
-      var r = c.canvas.getBoundingClientRect(), px = ev.clientX - r.left, py = ev.clientY - r.top;
+    R.hover(fig, c.canvas, null, function (px, py) {
       var col = Math.floor((px - box.x) / cw), row = Math.floor((py - box.y) / ROW);
-      if (col < 0 || col >= d.columns || row < 0 || row >= rows) { out.textContent = ""; return; }
+      if (col < 0 || col >= d.columns || row < 0 || row >= rows) return "";
       var f = byKey[row + ":" + col], when = fmtTime(d.t0 + col * d.step) + " UTC (" +
         fmtSpan(d.step) + ")";
-      out.textContent = d.servers[row] + " (" + d.words[row] + " over the range), " + when +
-        ": " + (f ? "slowdown " + fmtRatio(f.slowdown) + ", " + f.probes + " probes" +
-                (f.few ? " (few)" : "") + ", median " + fmtLatency(f.median) +
-                (f.errors ? ", errors " + f.errors : "") : "no probes");
-    };
-    c.canvas.onmouseleave = function () { out.textContent = ""; };
+      return d.servers[row] + " (" + d.words[row] + " over the range), " + when + ": " +
+        (f ? "slowdown " + fmtRatio(f.slowdown) + ", " + f.probes + " probes" +
+         (f.few ? " (few)" : "") + ", median " + fmtLatency(f.median) +
+         (f.errors ? ", errors " + f.errors : "") : "no probes");
+    });
     fig.dataset.cells = counted.cells;
     fig.dataset.few = counted.few;
     fig.dataset.slow = d.slow.length;
   }
 
-  function drawAll() {
-    var figures = document.querySelectorAll("figure.servers"), failed = 0;
-    for (var i = 0; i < figures.length; i++) {
-      var fig = figures[i];
-      try {
-        var d = JSON.parse(fig.querySelector("script[type='application/json']").textContent);
-        drawServers(fig, d);
-        fig.dataset.drawn = "1";
-      } catch (err) {
-        failed++;
-        fig.dataset.drawn = "0";
-        console.error("slowdown report: figure " + fig.id + " not drawn: " + err);
-      }
-    }
-    document.body.dataset.serverFigures = figures.length - failed;
-  }
-
-  drawAll();
-  document.body.dataset.serversRendered = Math.round(performance.now());
-  var pending = null;
-  window.addEventListener("resize", function () {
-    if (pending) clearTimeout(pending);
-    pending = setTimeout(drawAll, 150);
-  });
+  R.drawFigures("figure.servers", {servers: drawServers}, "serverFigures",
+                "serversRendered");
 })();

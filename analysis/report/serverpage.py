@@ -4,7 +4,8 @@ saying why there is none. Their style sheet and script (``report_servers.css``,
 ``report_servers.js``) are inlined only into a page that has such a figure, so that a report
 of a database without per-server records differs from one made before they existed by that
 line alone. The script marks each figure as drawn (``data-drawn``, ``data-cells``,
-``data-few``, ``data-slow``) and sets ``<body data-servers-rendered>``."""
+``data-few``, ``data-slow``) and sets ``<body data-servers-rendered>``, with the main
+script's helpers (``window.slowdownReport``)."""
 
 from __future__ import annotations
 
