@@ -106,6 +106,16 @@ def connect(path: Path) -> sqlite3.Connection:
     return conn
 
 
+def build_at(path: Path, version: int, days: int = 1) -> None:
+    """``build``'s file migrated up to schema ``version`` only: a file an older release
+    wrote (8: the release before per-server records)."""
+    build(path, days)
+    conn = sqlite3.connect(path, isolation_level=None)
+    sql_functions.register(conn)
+    schema.migrate(conn, str(path), target=version)
+    conn.close()
+
+
 RELEASE5_MIGRATION = Path(__file__).with_name("release5-migration5.sql")
 
 

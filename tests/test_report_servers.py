@@ -258,17 +258,10 @@ def test_hosts_of_one_file_add_up_per_cell(tmp_path):
 
 
 def test_a_file_of_the_schema_before_per_server_records_says_so(tmp_path):
-    import sqlite3
-
-    from slowdown.analysis.store import schema, sql_functions
     from testdata import migrationdata
 
     db = tmp_path / "old.db"
-    migrationdata.build(db, 1)
-    conn = sqlite3.connect(db, isolation_level=None)
-    sql_functions.register(conn)
-    schema.migrate(conn, str(db), target=8)  # the release before per-server records
-    conn.close()
+    migrationdata.build_at(db, 8)  # the release before per-server records
     out = tmp_path / "old.html"
     run("report", "--db", db, "--at", "2026-01-01T12:00:00Z", "--since", "2h", "-o", out)
     text = out.read_text()

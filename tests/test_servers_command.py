@@ -15,7 +15,7 @@ import pytest
 from slowdown.analysis.cli.main import main
 from slowdown.analysis.histogram import Histogram, codec
 from slowdown.analysis.stats import server_rule
-from slowdown.analysis.store import Store, schema, sql_functions
+from slowdown.analysis.store import Store
 from testdata import migrationdata, serverkit
 from testdata.datakit import fill, lognormal, utc
 from tests.kit.cli_runner import runner
@@ -116,11 +116,7 @@ def test_a_file_without_per_server_records_says_so(tmp_path):
 
 def test_a_file_of_an_older_schema_says_so(tmp_path):
     db = tmp_path / "old.db"
-    migrationdata.build(db, 1)
-    conn = sqlite3.connect(db, isolation_level=None)
-    sql_functions.register(conn)
-    schema.migrate(conn, str(db), target=8)  # the release before per-server records
-    conn.close()
+    migrationdata.build_at(db, 8)  # the release before per-server records
     with Store(db, readonly=True) as store:
         assert store.version == 8
     code, _, err = run("servers", "--db", str(db), "--at", "2026-01-01T12:00:00Z")
