@@ -202,7 +202,10 @@ def test_a_replacement_stuck_before_its_timed_call_keeps_the_wait_it_showed(
             fs.release()
             wait_for(lambda: runner.tick() is not None and runner.abandoned == 0, 20,
                      what="the abandoned workers' ends")
-            wait_for(lambda: not runner.in_flight(), 10, what="the last run's end")
+            # The last run's answers, not only its ops' ends (they may be on their way).
+            wait_for(lambda: not runner.in_flight() and runner.status.ticks == sum(
+                1 for op, _, _ in recorder.seen if op == "data-read"), 10,
+                what="the last run's answers")
         finally:
             runner.close()
     reads = [(lat, failed) for op, lat, failed in recorder.seen if op == "data-read"]

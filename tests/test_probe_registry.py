@@ -73,11 +73,14 @@ def test_a_registered_probe_runs_in_the_worker_and_is_recorded(tmp_path, monkeyp
         runner = TargetRunner("t", ws, recorder)
         try:
             for _ in range(3):
+                ended = runner.status.last_end
                 assert runner.tick()
+                # The run's end, not its last op's: in_flight() is empty once every op has
+                # returned, while the answers may still be on their way (the next tick skips).
                 deadline = time.monotonic() + 30
-                while runner.in_flight() and time.monotonic() < deadline:
+                while runner.status.last_end == ended and time.monotonic() < deadline:
                     time.sleep(0.02)
-                assert not runner.in_flight(), "the run did not end"
+                assert runner.status.last_end != ended, "the run did not end"
         finally:
             runner.close()
         assert runner.status.errors == 0, runner.status.last
