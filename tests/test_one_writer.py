@@ -221,10 +221,12 @@ def test_a_second_service_is_refused_naming_the_first_and_cleanup_waits_for_it(t
         assert f"since {utc(holder['since'])}" in line
         # Another database, the same workspace: refused by the workspace's lock, before its
         # database is made.
+        # Refused at its start: well before the minute it was asked to run (its start alone
+        # took 8 s once on a machine loaded fivefold).
         t0 = time.monotonic()
-        code, text = run_briefly(other, "--duration", "5s")
+        code, text = run_briefly(other, "--duration", "60s", timeout=90)
         line = one_error(text)
-        assert code == 2 and time.monotonic() - t0 < 5, text
+        assert code == 2 and time.monotonic() - t0 < 30, text
         ws = tmp_path / "target" / ".slowdown" / HOST
         assert f"workspace {ws} is probed by the service PID {pid} on " in line
         assert f"(database {database})" in line
