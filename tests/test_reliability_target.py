@@ -139,8 +139,12 @@ def test_target_faults_never_stop_the_service(tmp_path):
         assert gone[op]["errors"] >= 20, (op, gone[op])
     assert gone["data-read"]["count"] <= 5, gone["data-read"]  # ticks before the deletion
     assert "ENOENT" in err
-    # healthy: not one tick lost, nothing skipped, no error.
+    # healthy: not one tick lost, no error, nothing skipped but for its own slow ops: one of
+    # its ops over a second (the root disk busy with other jobs: a 1.7 s write seen) skips a
+    # tick; a fault that reached it would skip most of the 20 s hang.
     healthy = seen["healthy"]
-    assert all(healthy[op]["errors"] == 0 and healthy[op]["skipped"] == 0 for op in OPS)
+    assert all(healthy[op]["errors"] == 0 for op in OPS), healthy
+    own_slow = max(healthy[op]["longest"] for op in OPS) > 1.0
+    assert all(healthy[op]["skipped"] <= (HANG / 4 if own_slow else 0) for op in OPS), healthy
     expected = stopped_at - started - 2
     assert healthy["data-read"]["count"] >= 0.97 * expected, (healthy, expected)

@@ -107,8 +107,9 @@ def crash_loop(tmp_path: Path, cycles: int, seed: int = 1) -> list[Cycle]:
         mode = "after" if i % 10 == 9 else ("random", "wal", "boundary", "wal")[i % 4]
         minute = base + 180 * i
         # "boundary" starts early enough that the service is up when its minute ends (a
-        # slow start would make the kill land in start-up, not in the flush).
-        lead = {"after": rng.uniform(3.0, 3.5), "random": rng.uniform(1.5, 2.5),
+        # slow start would make the kill land in start-up, not in the flush); "random" earlier
+        # still, so that a start slowed by a busy machine leaves time probing before the end.
+        lead = {"after": rng.uniform(3.0, 3.5), "random": rng.uniform(3.0, 4.0),
                 "boundary": rng.uniform(1.5, 2.5)}.get(mode, rng.uniform(0.5, 2.5))
         offset = minute + 60 - lead - time.time()
         boundary = minute + 60 - offset  # the real time the service's minute ends
