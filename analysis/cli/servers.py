@@ -103,9 +103,7 @@ def _ratio(value: float) -> str:
 
 def _json_row(row: server_table.ServerRow) -> dict:
     return {
-        "target": row.target, "server": row.server, "ops": [f.op for f in row.ops],
-        "probes": row.probes, "errors": row.errors, "slowdown": clean(row.slowdown),
-        "against_others": clean(row.against_others), "word": row.word,
+        "target": row.target, **row.summary(clean),
         "per_op": {f.op: {"probes": f.judgment.probes, "errors": f.errors,
                           "median": clean(f.judgment.median), "q95": clean(f.judgment.q95),
                           "expected": f.expected, "slowdown": clean(f.slowdown),

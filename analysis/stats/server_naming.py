@@ -58,16 +58,10 @@ def named_servers(stores: Sequence[Store], book, targets: Sequence[str], hosts: 
         mine = [r for r in rows if r.target == target]
         note = server_table.slow_note(mine)
         if note is not None:
-            slow = tuple(_figures(r) for r in mine
+            slow = tuple(r.summary(_clean) for r in mine
                          if r.word == server_rule.SLOW and r.server != "unknown")
             notes[target] = Named(note, slow)
     return notes
-
-
-def _figures(row: server_table.ServerRow) -> dict[str, Any]:
-    return {"server": row.server, "ops": [f.op for f in row.ops], "probes": row.probes,
-            "errors": row.errors, "slowdown": _clean(row.slowdown),
-            "against_others": _clean(row.against_others), "word": row.word}
 
 
 def _clean(value: float) -> float | None:

@@ -69,6 +69,13 @@ class ServerRow:
     def against_others(self) -> float:
         return _largest(f.judgment.against_others for f in self.ops)
 
+    def summary(self, number: Callable[[float], float | None]) -> dict:
+        """The row's fields as scripts read them (``slowdown servers --json``, an alert's
+        webhook), its ratios through ``number`` (NaN: None)."""
+        return {"server": self.server, "ops": [f.op for f in self.ops], "probes": self.probes,
+                "errors": self.errors, "slowdown": number(self.slowdown),
+                "against_others": number(self.against_others), "word": self.word}
+
 
 def _largest(values) -> float:
     known = [v for v in values if not math.isnan(v)]
