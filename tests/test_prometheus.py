@@ -163,6 +163,10 @@ def fleet(tmp_path_factory):
                  130, step=1, what="the slowdown gauges of both hosts")
         wait_for(lambda: f.query('target:slowdown_ratio:fleet{window="1m"}'), 70, step=1,
                  what="the fleet recording rules")
+        # The per-server group evaluates once a minute: its first evaluation may come before
+        # the services' first ops, and the next one a minute later.
+        wait_for(lambda: f.query("target_probe_server:slowdown_server_op_seconds:over_median10m"),
+                 130, step=1, what="the per-server recording rules")
         time.sleep(2)  # a few more scrapes after the flush
         yield f
     finally:
