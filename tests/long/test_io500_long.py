@@ -1,10 +1,12 @@
-"""The paper's validation, long form: 2-4 probing nodes on a GlusterFS volume, a quiet period
+"""The paper's validation, long form: 2-4 probing nodes on a GlusterFS volume or a CephFS (the
+test's parameter, ``-k glusterfs`` or ``-k cephfs``), a quiet period
 (the baseline, then minutes that count false alarms), then every IO500 phase from a node that
 does not probe, with quiet gaps. Writes the table of docs/VALIDATION.md, the report (HTML and
 PNG) and the nodes' databases into $SLOWDOWN_IO500_OUT (default: the test's tmp_path).
 
     SLOWDOWN_IO500_NODES=2 SLOWDOWN_IO500_SECONDS=90 SLOWDOWN_IO500_GAP=60 \\
-    SLOWDOWN_IO500_OUT=/var/tmp/io500 python -m pytest --long tests/long/test_io500_long.py
+    SLOWDOWN_IO500_OUT=/var/tmp/io500 python -m pytest --long tests/long/test_io500_long.py \\
+    -k glusterfs
 
 $SLOWDOWN_IO500_PHASES (comma-separated names) runs only those phases; $SLOWDOWN_IO500_BASELINE_MIN
 and $SLOWDOWN_IO500_QUIET_MIN set the quiet period (4 and 3 minutes).
@@ -24,7 +26,7 @@ import pytest
 from slowdown.analysis.words import MD_OPS
 from tests.kit.iorkit import ior_bin
 from tests.kit.testbed.io500 import phases, run_phases
-from tests.kit.testbed.nodes import Testbed
+from tests.kit.testbed.kinds import KINDS, TITLES, open_testbed
 from tests.kit.testbed.results import at, per_minute, rebaseline, slowdown
 from tests.kit.testbed.table import agreement, false_alarms, minutes_of, phase_table
 
@@ -51,13 +53,14 @@ def screenshot(html: Path, png: Path) -> None:
                    capture_output=True, timeout=120, check=True)
 
 
-def test_io500_phases_as_seen_by_the_nodes(tmp_path: Path, root_only) -> None:
+@pytest.mark.parametrize("fs", KINDS)
+def test_io500_phases_as_seen_by_the_nodes(fs: str, tmp_path: Path, root_only) -> None:
     nodes, seconds, gap = knob("NODES", 2), knob("SECONDS", 90), knob("GAP", 60)
     baseline_min, quiet_min = knob("BASELINE_MIN", 4), knob("QUIET_MIN", 3)
     out = Path(os.environ.get("SLOWDOWN_IO500_OUT", tmp_path))
     out.mkdir(parents=True, exist_ok=True)
     ior_bin()
-    with Testbed(nodes=nodes, brick_mib=10240) as bed:
+    with open_testbed(fs, nodes, gib=10) as bed:
         b0 = (int(time.time() + 20) // 60 + 1) * 60  # after prepare and the first ticks
         b1 = b0 + baseline_min * 60
         q1 = b1 + quiet_min * 60
@@ -78,7 +81,7 @@ def test_io500_phases_as_seen_by_the_nodes(tmp_path: Path, root_only) -> None:
         dbs = [arg for node in bed.nodes for arg in ("--db", str(node.database))]
         slowdown("report", *dbs, "--since", at(b0), "--until", at(end + 60), "-o",
                  str(out / "report.html"), "--png", str(out / "png"),
-                 "--title", f"GlusterFS, {nodes} nodes, IO500 phases")
+                 "--title", f"{TITLES[fs]}, {nodes} nodes, IO500 phases")
         for node in bed.nodes:  # a consistent copy of the live database (WAL and all)
             with sqlite3.connect(f"file:{node.database}?mode=ro", uri=True) as src, \
                     sqlite3.connect(out / f"{node.name}.db") as dst:
@@ -87,8 +90,8 @@ def test_io500_phases_as_seen_by_the_nodes(tmp_path: Path, root_only) -> None:
     screenshot(out / "report.html", out / "report.png")
     alarms, looked = false_alarms(seen, b1, q1)
     text = "\n\n".join([
-        f"Nodes: {nodes}; write phases stonewalled at {seconds} s; gaps {gap} s; baseline "
-        f"{baseline_min} min; quiet {quiet_min} min.",
+        f"{TITLES[fs]}. Nodes: {nodes}; write phases stonewalled at {seconds} s; gaps {gap} s; "
+        f"baseline {baseline_min} min; quiet {quiet_min} min.",
         phase_table(seen, plan, end + 60),
         f"False alarms: {alarms} of {looked} node-minutes of the quiet period (a 1m median "
         "slowdown >= 2 on any op).",

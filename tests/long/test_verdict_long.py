@@ -1,11 +1,12 @@
 """The verdict on a real shared filesystem (docs/VALIDATION.md, "The verdict"): three probing
-nodes on the GlusterFS testbed, each with its own database, the other nodes' databases as its
+nodes on the GlusterFS or the CephFS testbed (the test's parameter, ``-k glusterfs`` or
+``-k cephfs``), each with its own database, the other nodes' databases as its
 [fleet]. Quiet minutes must read "ok" everywhere; IO500's ior-easy-write and mdtest-hard-write
 at once from two nodes that do not probe (IOR's large sequential writes again and again to the
 end of the phase, mdtest's small files in one directory) must read "filesystem" on every
-probing node; one node's own trouble, its glusterfs FUSE client held back
-by a CPU quota (cgroup cpu controller), must read "node" there and "ok" on the others. Right in
-at least 95 % of the counted node-minutes; the minutes in which the volume settles after a
+probing node; one node's own trouble, its filesystem client (glusterfs or ceph-fuse) held
+back by a CPU quota (cgroup cpu controller), must read "node" there and "ok" on the others.
+Right in at least 95 % of the counted node-minutes; the minutes in which the volume settles after a
 load are shown, not counted. A last, milder load (mdtest-hard, whose slowdown on this testbed
 may stay under the slow threshold) is shown and counted apart: "filesystem" or "ok" there are
 both right, "node" is wrong blame, and the test asserts there is none.
@@ -28,7 +29,7 @@ import pytest
 
 from tests.kit.iorkit import ior_bin, mdtest_hard, sleep_until
 from tests.kit.testbed.io500 import EASY, mpi
-from tests.kit.testbed.nodes import Testbed
+from tests.kit.testbed.kinds import KINDS, open_testbed
 from tests.kit.testbed.results import at, rebaseline, slowdown
 
 pytestmark = [pytest.mark.root, pytest.mark.timeout(3600)]
@@ -50,19 +51,6 @@ def ior_easy_write_until(end: float) -> list[str]:
               "-F", "-a", "POSIX", "-w", "-o", f"{EASY}/ior_file_easy")
     loop = 'mkdir -p "$1"; shift; while [ "$(date +%s)" -lt "$1" ]; do "${@:2}" || exit; done'
     return ["bash", "-c", loop, "ior-loop", EASY, str(int(end)), *ior]
-
-
-def client_pids(mount: Path) -> list[int]:
-    """The glusterfs FUSE client of one node's mount."""
-    found = []
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        with contextlib.suppress(OSError):
-            argv = Path(f"/proc/{name}/cmdline").read_bytes().split(b"\0")
-            if argv and argv[0].endswith(b"glusterfs") and str(mount).encode() in argv:
-                found.append(int(name))
-    return found
 
 
 def cpu_cgroup_of(pid: int) -> Path:
@@ -110,12 +98,13 @@ def verdict_at(config: Path, minute: int) -> dict:
     return target["verdict"]
 
 
-def test_verdict_right_on_the_testbed(root_only, tmp_path) -> None:
+@pytest.mark.parametrize("fs", KINDS)
+def test_verdict_right_on_the_testbed(fs: str, root_only, tmp_path) -> None:
     ior_bin()
     # (minute, phase, the words right on each node, or None where not counted)
     schedule: list[tuple[int, str, dict[str, tuple[str, ...]] | None]] = []
     found: dict[str, dict[int, dict]] = {}
-    with Testbed(nodes=3, brick_mib=6144, lock_wait=3600) as bed:
+    with open_testbed(fs, nodes=3, gib=6, lock_wait=3600) as bed:
         names = [n.name for n in bed.nodes]
         started = time.time()
         quiet = (int(started + BASELINE) // 60 + 1) * 60
@@ -154,8 +143,8 @@ def test_verdict_right_on_the_testbed(root_only, tmp_path) -> None:
         beside.join()
         assert rc == 0 and md == [0], "\n".join(o.output()[-2000:] for o in bed.others)
         sleep_until(own - 2)
-        pids = client_pids(slow_node.mount)
-        assert pids, f"no glusterfs client of {slow_node.mount}"
+        pids = bed.client_pids(slow_node)
+        assert pids, f"no filesystem client of {slow_node.mount}"
         with held_back(pids, f"{bed.ledger.prefix}-{slow_node.name}"):
             sleep_until(own + PHASE * 60)
         sleep_until(mild - 5)

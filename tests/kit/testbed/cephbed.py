@@ -93,6 +93,10 @@ class CephTestbed(Testbed):
     def fuse_pid(self, node: NamespaceNode) -> int:
         return int((self.ledger.base / "run" / f"fuse-{node.name}.pid").read_text())
 
+    def client_pids(self, node: NamespaceNode) -> list[int]:
+        """The processes of ``node``'s filesystem client: its ceph-fuse."""
+        return [self.fuse_pid(node)]
+
     def active_mds(self) -> str | None:
         """The active MDS's name; None while there is none (a failover)."""
         active = self.server.mds_map()["active"]

@@ -165,6 +165,20 @@ class Testbed:
             raise AssertionError(f"load {argv[:3]} still running after {timeout} s:\n"
                                  f"{node.output()[-3000:]}") from None
 
+    def client_pids(self, node: NamespaceNode) -> list[int]:
+        """The processes of ``node``'s filesystem client: its glusterfs FUSE client."""
+        found = []
+        for name in os.listdir("/proc"):
+            if not name.isdigit():
+                continue
+            try:
+                argv = Path(f"/proc/{name}/cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if argv and argv[0].endswith(b"glusterfs") and str(node.mount).encode() in argv:
+                found.append(int(name))
+        return found
+
     def stop_nodes(self) -> None:
         for node in [*self.nodes, *self.others]:
             node.stop()
