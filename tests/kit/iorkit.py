@@ -51,9 +51,10 @@ def sleep_until(t: float) -> None:
     time.sleep(max(0.0, t - time.time()))
 
 
-def mdtest_hard(seconds: int, ranks: int = 2) -> list[str]:
+def mdtest_hard(seconds: int, ranks: int = 2, directory: str = "load/mdt_hard") -> list[str]:
     """IO500's mdtest-hard write phase: 3,901-byte files in one shared directory, stopped
-    after ``seconds`` (stonewall), from ``ranks`` processes."""
+    after ``seconds`` (stonewall), from ``ranks`` processes; two loads at once need two
+    directories (mdtest names its files by rank)."""
     return ["mpiexec", "--allow-run-as-root", "--oversubscribe", "-np", str(ranks),
             str(ior_bin() / "mdtest"), "-n", "1000000", "-t", "-w", "3901", "-e", "3901",
-            "-P", "-N", "1", "-F", "-d", "load/mdt_hard", "-C", "-W", str(seconds)]
+            "-P", "-N", "1", "-F", "-d", directory, "-C", "-W", str(seconds)]
