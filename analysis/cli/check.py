@@ -64,6 +64,19 @@ def parse_rate(text: str | None, flag: str) -> float | None:
     return value
 
 
+def _collecting(reader, collecting: dict) -> tuple[list[int], list[str]]:
+    """Levels and words of the targets whose service has written no minute yet: UNKNOWN
+    while they collect, CRITICAL when every op fails now (an evicted client, a mount gone in
+    the first minute: no window holds it yet, the live state does)."""
+    levels, parts = [], []
+    for target, ts in collecting.items():
+        probing = [s for s in reader.services() if target in s.targets]
+        gone = failing_now_note(probing, target, reader.now)
+        levels.append(CRITICAL if gone else UNKNOWN)
+        parts.append(f"{target} {collecting_text(ts, reader.now)}" + (f", {gone}" if gone else ""))
+    return levels, parts
+
+
 def _level(value: float, warn: float, crit: float) -> int:
     return CRITICAL if value > crit else WARNING if value > warn else OK
 
@@ -84,7 +97,9 @@ Exit status (the monitoring-plugin convention):
                full (bytes or inodes), or records that are not reaching the
                database (deleted, replaced, full, read-only: "records are
                not reaching PATH since ..."), or did not while it was
-               deleted or replaced within the window
+               deleted or replaced within the window, or every op of a
+               target failing now ("failing: every op since ..."), also
+               while its service collects its first minute
   3  UNKNOWN   no numbers to judge: the service is collecting its first
                minute ("collecting since ..., first numbers at ...") or
                preparing the workspaces, it is known to have stopped (its
@@ -163,12 +178,14 @@ def check(ctx, dbs, targets, hosts, ops, at, window, statistic, warning, critica
     collecting = {t: ts for t, ts in states.items()
                   if ts.state in NOT_YET and t not in target_ops}
     if not target_ops:
-        if collecting:
-            click.echo("SLOWDOWN UNKNOWN - " + "; ".join(
-                f"{t} {collecting_text(ts, reader.now)}" for t, ts in collecting.items()))
-        else:
+        if not collecting:
             click.echo(f"SLOWDOWN UNKNOWN - {reader.nothing_to_show()}")
-        sys.exit(UNKNOWN)
+            sys.exit(UNKNOWN)
+        levels, parts = _collecting(reader, collecting)
+        level = CRITICAL if CRITICAL in levels else UNKNOWN
+        click.echo(f"SLOWDOWN {'CRITICAL' if level == CRITICAL else 'UNKNOWN'} - "
+                   + "; ".join(parts))
+        sys.exit(level)
     results = target_slowdowns(reader.stores, reader.book(), list(target_ops), target_ops,
                                [span], stat, reader.now, hosts=reader.hosts,
                                live_stuck=reader.live_stuck(), prepared=reader.prepared)
@@ -224,9 +241,9 @@ def check(ctx, dbs, targets, hosts, ops, at, window, statistic, warning, critica
             levels.append(CRITICAL)
             text += full
         parts.append(f"{target} {', '.join(text)}")
-    for target, ts in collecting.items():
-        levels.append(UNKNOWN)
-        parts.append(f"{target} {collecting_text(ts, reader.now)}")
+    more_levels, more_parts = _collecting(reader, collecting)
+    levels += more_levels
+    parts += more_parts
     # The worst state wins: CRITICAL, then WARNING, then UNKNOWN (a target without data).
     worst_state = next((s for s in (CRITICAL, WARNING, UNKNOWN) if s in levels), OK)
     label = f"{stat} over {format_duration(span)}"

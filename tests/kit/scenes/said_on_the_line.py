@@ -78,6 +78,14 @@ def scene(tmp_path: Path) -> None:
             time.sleep(62 - time.time() % 60)
         proc = start_live(config, database)
         try:
+            # Its first minute, not yet written: collecting, and every op of "failing" fails.
+            first_check = _slowdown(config, "check", "--target", "failing")
+            for _ in range(20):
+                if first_check.returncode != 3 or time.time() % 60 > 57:
+                    break
+                time.sleep(0.5)
+                first_check = _slowdown(config, "check", "--target", "failing")
+            first_line = _slowdown(config, "--target", "failing").stdout
             time.sleep(3)
             # Nothing of the probe's is open for writing there: the remount is not refused.
             remount = subprocess.run(["mount", "-o", "remount,ro", str(ext4)],
@@ -102,6 +110,11 @@ def scene(tmp_path: Path) -> None:
             subprocess.run(["mount", "-o", "remount,rw", str(ext4)], check=False)
             fs.clear()
             evicted.clear()
+    assert first_check.returncode == 2, first_check.stdout
+    assert "collecting since" in first_check.stdout, first_check.stdout
+    assert "failing: every op since" in first_check.stdout, first_check.stdout
+    assert "collecting since" in first_line and "failing: every op since" in first_line, \
+        first_line
     lines = {row.split()[2]: row for row in line.splitlines() if len(row.split()) > 2}
     assert "filesystem 100% full (0B free)" in lines["full"], line
     assert "failing: every op since " in lines["failing"], line  # each op fails now
