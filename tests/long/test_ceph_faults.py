@@ -153,6 +153,11 @@ def test_client_evicted_then_remounted(root_only) -> None:
     assert bed.leftovers() == []
     assert during[-1]["errors"] > during[0]["errors"], during  # every op fails at once
     assert "ESHUTDOWN" in out or "108" in out, out[-3000:]
+    # Said at once on the lines users read, from the live state (not a minute later from the
+    # flushed minutes' share of failures).
+    assert "failing: every op since" in line, line
+    assert check.startswith("exit 2:") and "CRITICAL" in check and "every op" in check, check
+    assert "failing" not in after, after
 
 
 def test_osd_held_to_five_percent(root_only) -> None:

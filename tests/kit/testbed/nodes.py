@@ -165,6 +165,23 @@ class Testbed:
             raise AssertionError(f"load {argv[:3]} still running after {timeout} s:\n"
                                  f"{node.output()[-3000:]}") from None
 
+    def loads(self, argvs: list[list[str]], name: str = "load", timeout: float = 3600
+              ) -> list[int | None]:
+        """Run every one of ``argvs`` at once, each on a node of its own (its own client of
+        the filesystem); their exit statuses in order, None for one that raised."""
+        codes: list[int | None] = [None] * len(argvs)
+
+        def run(i: int) -> None:
+            codes[i] = self.load(argvs[i], f"{name}{i}", timeout)
+
+        threads = [threading.Thread(target=run, args=(i,)) for i in range(len(argvs))]
+        for thread in threads:
+            thread.start()
+            time.sleep(0.5)  # each node's namespace made in turn
+        for thread in threads:
+            thread.join()
+        return codes
+
     def client_pids(self, node: NamespaceNode) -> list[int]:
         """The processes of ``node``'s filesystem client: its glusterfs FUSE client."""
         found = []
