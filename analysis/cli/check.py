@@ -183,8 +183,7 @@ def check(ctx, dbs, targets, hosts, ops, at, window, statistic, warning, critica
             sys.exit(UNKNOWN)
         levels, parts = _collecting(reader, collecting)
         level = CRITICAL if CRITICAL in levels else UNKNOWN
-        click.echo(f"SLOWDOWN {'CRITICAL' if level == CRITICAL else 'UNKNOWN'} - "
-                   + "; ".join(parts))
+        click.echo(f"SLOWDOWN {STATE_NAMES[level]} - " + "; ".join(parts))
         sys.exit(level)
     results = target_slowdowns(reader.stores, reader.book(), list(target_ops), target_ops,
                                [span], stat, reader.now, hosts=reader.hosts,

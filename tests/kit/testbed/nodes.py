@@ -19,7 +19,7 @@ import threading
 import time
 from pathlib import Path
 
-from tests.kit.testbed.gluster import Ledger, MachineLock, Server, leftovers
+from tests.kit.testbed.gluster import Ledger, MachineLock, Server, leftovers, processes
 
 ROOT = Path(__file__).resolve().parents[3]
 TARGET = "gluster"
@@ -184,17 +184,8 @@ class Testbed:
 
     def client_pids(self, node: NamespaceNode) -> list[int]:
         """The processes of ``node``'s filesystem client: its glusterfs FUSE client."""
-        found = []
-        for name in os.listdir("/proc"):
-            if not name.isdigit():
-                continue
-            try:
-                argv = Path(f"/proc/{name}/cmdline").read_bytes().split(b"\0")
-            except OSError:
-                continue
-            if argv and argv[0].endswith(b"glusterfs") and str(node.mount).encode() in argv:
-                found.append(int(name))
-        return found
+        return [pid for pid, (comm, _, cmd) in processes().items()
+                if comm == "glusterfs" and str(node.mount) in cmd.split()]
 
     def stop_nodes(self) -> None:
         for node in [*self.nodes, *self.others]:
