@@ -149,10 +149,10 @@ def landing_notes(services: Sequence[Any], start: float, end: float, now: float,
                 notes.append(f"records are not reaching {landing.path} since "
                              f"{format_clock(episode['from'], now)} ({reason}{kept})")
             elif episode.get("moved") and not ongoing_only:
-                notes.append(f"records did not reach {landing.path} between "
-                             f"{format_clock(episode['from'], now)} and "
-                             f"{format_clock(episode['to'], now)} ({reason}); they are in the "
-                             "file at that path now")
+                began, ended = (format_clock(episode[k], now) for k in ("from", "to"))
+                when = f"at {began}" if began == ended else f"between {began} and {ended}"
+                notes.append(f"records did not reach {landing.path} {when} ({reason}); they "
+                             "are in the file at that path now")
     return notes
 
 
