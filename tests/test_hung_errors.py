@@ -238,3 +238,68 @@ def test_a_remount_under_a_running_worker_is_met_with_the_files_opened_anew(
                 assert all("err" not in m and "lat" in m for m in ops.values()), (n, ops)
         finally:
             worker.close()
+
+
+@pytest.mark.timeout(90)
+def test_a_worker_hung_after_its_last_op_is_shown_stuck_abandoned_and_its_wait_counted(
+        tmp_path: Path) -> None:
+    """The client evicted as a run's last op returns (CephFS): the run then hangs in letting
+    go of its dead descriptors. Every op had returned, so the service showed nothing in flight,
+    never abandoned the worker and skipped every tick with no word: the minutes stopped and
+    the line said "collecting". Now the wait shows as the next run's first op in flight, the
+    worker is abandoned like any stuck one, probing goes on, and the wait counts once as that
+    op's latency and at each skipped tick by its age; no op fails but the one made to."""
+    from slowdown.probe.runtime.recorder import Recorder
+    from slowdown.probe.runtime.runner import TargetRunner
+    from tests.test_worker import DEAD_MD_WRITE, HUNG_SAVE
+
+    class Results(Recorder):
+        """The recorder, with each result and each skipped tick's sample kept in order."""
+
+        def __init__(self) -> None:
+            super().__init__("h")
+            self.seen: list[tuple[str, float | None, bool]] = []
+            self.waits: list[tuple[str, float | None]] = []
+
+        def result(self, target: str, op: str, latency: float | None, wall: float,
+                   failed: bool = False) -> None:
+            self.seen.append((op, latency, failed))
+            super().result(target, op, latency, wall, failed=failed)
+
+        def waited(self, target: str, op: str, latency: float | None, wall: float,
+                   failed: bool = False) -> None:
+            self.waits.append((op, latency))
+            super().waited(target, op, latency, wall, failed=failed)
+
+    with FaultFS(tmp_path / "backing", tmp_path / "mnt") as fs:
+        ws = workspace(fs.mountpoint)
+        recorder = Results()
+        runner = TargetRunner("t", ws, recorder, interval=0.2, abandon_after=1.5,
+                              max_abandoned=2)
+        try:
+            assert runner.tick()
+            wait_for(lambda: runner.status.last_end is not None, 10, what="a first run")
+            fs.set_rules([DEAD_MD_WRITE, HUNG_SAVE])
+            wait_for(lambda: runner.tick() is not None and fs.hung(), 10, what="the hung save")
+            fs.set_rules([HUNG_SAVE])  # md-write answers again; the save stays hung
+            stuck = runner._current.pid
+            ages: list[float] = []
+            deadline = time.monotonic() + 10
+            while runner.abandoned == 0 and time.monotonic() < deadline:
+                ages += [age for op, age, pid in runner.in_flight()
+                         if pid == stuck and op == "data-read"]
+                runner.tick()
+                time.sleep(0.1)
+            assert runner.abandoned == 1 and ages and max(ages) >= 1.0, ages
+            ticks = runner.status.ticks
+            fs.release()
+            wait_for(lambda: runner.tick() is not None and runner.status.ticks > ticks + 3
+                     and runner.abandoned == 0, 20, what="probing after the hang")
+        finally:
+            runner.close()
+    failed = [(op, lat) for op, lat, bad in recorder.seen if bad]
+    assert failed == [("md-write", failed[0][1])], failed
+    reads = [lat for op, lat, _ in recorder.seen if op == "data-read"]
+    assert max(reads) >= max(ages), (reads, ages)  # the wait, once, as data-read's latency
+    waits = [lat for op, lat in recorder.waits if op == "data-read"]
+    assert waits and max(waits) >= 1.0, waits  # each skipped tick by the age then

@@ -47,7 +47,7 @@ def test_a_run_answers_in_one_write_and_leaves_its_position(tmp_path: Path) -> N
             times = [m["at"] for m in lines[:-1]]
             assert before <= times[0] and times == sorted(times) and times[-1] <= time.time()
             seen = worker.progress.get()
-            assert seen.tick == n and seen.done == len(OPS)
+            assert seen.tick == n and seen.done == len(OPS) + 1  # and ended
     finally:
         worker.close()
 
@@ -77,8 +77,49 @@ def test_a_hung_op_is_named_in_the_page_and_earlier_results_keep_their_time(
             # held while the next op hung, data-read keeps the time it returned
             assert ops["data-read"]["at"] < released - 1.5
             assert ops["data-write"]["at"] >= released and ops["data-write"]["lat"] >= 2.0
-            assert worker.progress.get().done == len(OPS)
+            assert worker.progress.get().done == len(OPS) + 1
         finally:
             fs.release()
             worker.close()
 
+
+
+# md-write's create answers ENOTCONN (a descriptor the filesystem declared dead): after its
+# last op the run lets go of the md probe and saves its position, and that save hangs.
+DEAD_MD_WRITE = {"ops": ["create"], "path": "*file-*", "error": "ENOTCONN"}
+HUNG_SAVE = {"ops": ["create", "open", "write"], "path": "*md-workbench.status.tmp",
+             "hang": True}
+
+
+@pytest.mark.timeout(90)
+def test_a_hang_after_the_last_op_shows_in_the_page_and_the_end_says_how_long(
+        tmp_path: Path) -> None:
+    """Every op has returned and the run has not ended: the page says so (all ops done, since
+    the last returned), and the end line carries the wait after them. Before, the page read
+    "every op done" as "answers on their way": the service showed nothing in flight and
+    skipped every tick while the run hung."""
+    with FaultFS(tmp_path / "backing", tmp_path / "mnt") as fs:
+        worker = Worker(workspace(fs.mountpoint))
+        try:
+            worker.tick(1)
+            assert len(worker.run(20)) == len(OPS) + 1
+            fs.set_rules([DEAD_MD_WRITE, HUNG_SAVE])
+            worker.tick(2)
+            fs.wait_hung(timeout=10)
+            fs.set_rules([HUNG_SAVE])
+            time.sleep(1.5)
+            seen = worker.progress.get()
+            assert seen.tick == 2 and seen.done == len(OPS), seen  # all done, not ended
+            assert time.monotonic() - seen.since >= 1.5
+            fs.release()
+            lines = worker.run(20)
+            assert [m.get("op") for m in lines] == [*OPS, None], lines
+            assert lines[-2]["err"] == "ENOTCONN", lines
+            assert lines[-1]["end"] is True and lines[-1]["after"] >= 1.5, lines
+            assert worker.progress.get().done == len(OPS) + 1
+            worker.tick(3)  # and the next run opens the md probe anew and answers
+            ops = {m["op"]: m for m in worker.run(20) if "op" in m}
+            assert all("lat" in m and "err" not in m for m in ops.values()), ops
+        finally:
+            fs.clear()
+            worker.close()

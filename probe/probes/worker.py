@@ -39,6 +39,13 @@ it holds and then each line as its op returns, so that after a hang the service 
 the result when the op returns. Which op is in flight and since when, the worker keeps in a
 page shared with the service (``probes/worker_position.py``), updated after every op.
 
+After the last op a run may still call the filesystem (the md round's status file, closing
+descriptors declared dead, looking for a workspace gone). A call hung there keeps the next
+run from starting: the page says every op is done and the run not ended, the service shows
+the next run's first op in flight since the last op returned, and the end line carries
+``"after"``, the seconds from the last op's line to the end, when longer than
+``HOLD_ANSWERS``. The page's count goes one past the ops when the run has ended.
+
 End of stdin ends the worker. SIGUSR1 says the service has abandoned this worker (it was
 stuck and another took over): the op in flight is still reported when it returns, the rest
 of the run is skipped (so two workers never rotate the same md pool at once) and the worker
@@ -300,8 +307,18 @@ class Answers:
                 self._done += 1
                 if self._progress is not None:
                     self._progress.set(self._tick, self._done, now)
+        elif message.get("end") and message.get("tick") == self._tick:
+            if now - self._since > HOLD_ANSWERS:
+                message["after"] = now - self._since  # hung after the last op
+            if self._progress is not None:  # one more than the ops: the run has ended
+                self._progress.set(self._tick, self._done + 1, now)
         self._held.append(json.dumps(message, separators=(",", ":")))
         if "op" not in message or now - self._started > HOLD_ANSWERS or _abandoned:
+            self.send()
+
+    def send(self) -> None:
+        """Write the lines held, in one write."""
+        if self._held:
             self._out.write("\n".join(self._held) + "\n")
             self._out.flush()
             self._held.clear()

@@ -24,7 +24,8 @@ _SLOT = struct.Struct("<qqqdq")  # sequence, tick, ops done, since, sequence
 
 @dataclass(frozen=True)
 class Position:
-    """A worker's run ``tick`` has finished ``done`` ops; the next one started at ``since``."""
+    """A worker's run ``tick`` has finished ``done`` ops; the next one started at ``since``.
+    One more than the run's ops: the run has ended (its end line written) at ``since``."""
 
     tick: int
     done: int

@@ -102,9 +102,21 @@ class WorkerHandle:
         seen: Position | None = self.progress.get()
         if seen is None or seen.tick != flight.tick:  # the run has not begun
             return probe_ops()[0], flight.sent
-        if seen.done >= len(probe_ops()):  # every op done; the answers are on their way
+        if seen.done > len(probe_ops()):  # the run has ended; its answers are on their way
             return None
+        if seen.done == len(probe_ops()):  # every op done, the run not ended (``ending``)
+            return probe_ops()[0], seen.since
         return probe_ops()[seen.done], seen.since
+
+    def ending(self) -> bool:
+        """Every op of the run in flight has returned and the run has not ended: the worker
+        is in what it does after its last op (closing descriptors the filesystem declared
+        dead, saving the md position, looking for a workspace gone). A call hung there keeps
+        the next run from starting, as a hung open before the first op does: it shows as the
+        next run's first op in flight, since the last op returned (``position``)."""
+        flight = self.in_flight
+        seen = self.progress.get() if flight is not None else None
+        return seen is not None and seen.tick == flight.tick and seen.done == len(probe_ops())
 
     def send(self, message: dict) -> bool:
         try:
@@ -203,7 +215,7 @@ class TargetRunner:
                 if age < self.abandon_after or len(self._abandoned) >= self.max_abandoned:
                     self.status.skipped += 1
                     self.recorder.skipped(self.name, probe_ops(), wall)
-                    self._waited(worker.in_flight, wall, op, age)
+                    self._waited(worker.in_flight, wall, op, age, ending=worker.ending())
                     return False
                 log.warning("target %s: worker %d stuck in %s for %.0f s; abandoned, starting "
                             "another", self.name, worker.pid, op, age)
@@ -321,6 +333,7 @@ class TargetRunner:
                     self._returned(flight, op, latency, wall, server=_server_of(message))
                     self.status.last[op] = {"lat": latency, "at": wall}
             elif message.get("end") and flight is not None and message.get("tick") == flight.tick:
+                self._ended_late(worker, message, wall)
                 worker.in_flight = None
                 self.status.last_end = wall
                 self._note_mode(message.get("mode"))
@@ -335,8 +348,9 @@ class TargetRunner:
                              "that wait counts as the op's latency", self.name, worker.pid,
                              position[0])
                 elif position is not None and not self._closed:
-                    log.error("target %s: worker %d exited during %s", self.name, worker.pid,
-                              position[0])
+                    log.error("target %s: worker %d exited %s", self.name, worker.pid,
+                              "after its run's last op" if worker.ending()
+                              else f"during {position[0]}")
                     # Abandoned (told to quit) before its run began, hung in its start (the
                     # workspace's lock, the open): a wait that long, not a failed op.
                     self._cut(worker, wall, failed=not worker.abandoned)
@@ -381,18 +395,41 @@ class TargetRunner:
 
     # -- a slow period weighs what it lasted (SPEC section 4) -----------------------------
 
-    def _waited(self, flight: InFlight | None, wall: float, op: str | None, age: float) -> None:
+    def _waited(self, flight: InFlight | None, wall: float, op: str | None, age: float,
+                ending: bool = False) -> None:
         """A tick skipped because ``flight`` still runs (``op`` in flight for ``age`` s): the
         wait a user would have had then. Each op of the run counts one more time, by its
         latency in that run, in the minute of the tick; an op that has returned now, the
         others as they return (the one in flight at least at ``age``). The expected-interval
         correction against coordinated omission, as HdrHistogram and wrk2 make it: a
-        window's statistics describe the time in it, not only the probes that completed."""
+        window's statistics describe the time in it, not only the probes that completed.
+        ``ending``: every op has returned and the worker hangs after them; ``op`` is the next
+        run's first, which waits on it: it counts by the age now."""
         if flight is None:
             return
-        flight.skips.append((wall, op or probe_ops()[0], age))
+        op = op or probe_ops()[0]
+        if ending:
+            self.recorder.waited(self.name, op, age, wall)
+        else:
+            flight.skips.append((wall, op, age))
         for done, (latency, failed) in flight.done.items():
-            self.recorder.waited(self.name, done, latency, wall, failed=failed)
+            if not (ending and done == op):
+                self.recorder.waited(self.name, done, latency, wall, failed=failed)
+
+    def _ended_late(self, worker: WorkerHandle, message: dict, wall: float) -> None:
+        """A run that ended longer than the interval after its last op returned (the end
+        line's ``after``): the worker hung in what it does after its ops, and the next run's
+        first op, shown in flight all that while, waited that long (SPEC section 4: its full
+        latency, as for a wait before the first op's timed call)."""
+        after = message.get("after")
+        if not isinstance(after, (int, float)) or isinstance(after, bool) \
+                or after <= self.interval:
+            return
+        first = probe_ops()[0]
+        log.warning("target %s: worker %d took %.1f s after its run's last op (a call on the "
+                    "filesystem hung there); counted as %s waiting", self.name, worker.pid,
+                    after, first)
+        self.recorder.result(self.name, first, float(after), wall)
 
     def _returned(self, flight: InFlight, op: str, latency: float | None, wall: float,
                   failed: bool = False, server: str | None = None) -> None:
@@ -415,6 +452,10 @@ class TargetRunner:
         if position is None or flight is None:
             return
         age = time.monotonic() - position[1]
+        if worker.ending():  # its ops are in: the wait after them, as ``_ended_late`` counts it
+            if age > self.interval:
+                self.recorder.result(self.name, position[0], age, wall)
+            return
         if age > self.interval:
             self._returned(flight, position[0], age, wall, failed=failed)
         elif failed:
