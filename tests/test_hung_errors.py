@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from slowdown.analysis.words import OPS
+from slowdown.probe.runtime.recorder import Recorder
 from tests.kit.faultfs import FaultFS
 from tests.kit.servicekit import (
     TargetSpec,
@@ -24,11 +25,37 @@ from tests.kit.servicekit import (
     stop_service,
     wait_for,
 )
-from tests.kit.workerkit import Worker, workspace
+from tests.kit.workerkit import DEAD_MD_WRITE, HUNG_SAVE, Worker, workspace
 
 pytestmark = pytest.mark.root
 
 ENOTCONN_READ = {"ops": ["read"], "path": "*data.bin", "error": "ENOTCONN"}
+
+
+class Results(Recorder):
+    """The recorder, with each result the runner hands it kept in order (``seen``), each
+    skipped tick's sample apart (``waits``) and each stuck age noted (``stuck_ages``)."""
+
+    def __init__(self) -> None:
+        super().__init__("h")
+        self.seen: list[tuple[str, float | None, bool]] = []
+        self.waits: list[tuple[str, float | None]] = []
+        self.stuck_ages: list[tuple[str, float]] = []
+
+    def stuck(self, target: str, op: str, age: float, wall: float, at_end: bool = False
+              ) -> None:
+        self.stuck_ages.append((op, age))
+        super().stuck(target, op, age, wall, at_end=at_end)
+
+    def result(self, target: str, op: str, latency: float | None, wall: float,
+               failed: bool = False) -> None:
+        self.seen.append((op, latency, failed))
+        super().result(target, op, latency, wall, failed=failed)
+
+    def waited(self, target: str, op: str, latency: float | None, wall: float,
+               failed: bool = False) -> None:
+        self.waits.append((op, latency))
+        Recorder.result(self, target, op, latency, wall, failed=failed)  # not in ``seen``
 
 
 def answers(worker: Worker, timeout: float = 20) -> dict[str, dict]:
@@ -154,24 +181,7 @@ def test_a_replacement_stuck_before_its_timed_call_keeps_the_wait_it_showed(
     filesystem answers. Every tick gives its data-read once, none an error, and each stuck op
     records at least the age it showed: the replacement's read itself took milliseconds, and
     its wait before it was lost (a stall shown for 12 s recorded as a 31 ms read)."""
-    from slowdown.probe.runtime.recorder import Recorder
     from slowdown.probe.runtime.runner import TargetRunner
-
-    class Results(Recorder):
-        """The recorder, with each result the runner hands it kept in order."""
-
-        def __init__(self) -> None:
-            super().__init__("h")
-            self.seen: list[tuple[str, float | None, bool]] = []
-
-        def result(self, target: str, op: str, latency: float | None, wall: float,
-                   failed: bool = False) -> None:
-            self.seen.append((op, latency, failed))
-            super().result(target, op, latency, wall, failed=failed)
-
-        def waited(self, target: str, op: str, latency: float | None, wall: float,
-                   failed: bool = False) -> None:
-            Recorder.result(self, target, op, latency, wall, failed=failed)  # a skipped tick's
 
     with FaultFS(tmp_path / "backing", tmp_path / "mnt") as fs:
         ws = workspace(fs.mountpoint)
@@ -241,35 +251,16 @@ def test_a_remount_under_a_running_worker_is_met_with_the_files_opened_anew(
 
 
 @pytest.mark.timeout(90)
-def test_a_worker_hung_after_its_last_op_is_shown_stuck_abandoned_and_its_wait_counted(
-        tmp_path: Path) -> None:
+def test_a_worker_hung_after_its_last_op_is_shown_stuck_and_abandoned(tmp_path: Path) -> None:
     """The client evicted as a run's last op returns (CephFS): the run then hangs in letting
     go of its dead descriptors. Every op had returned, so the service showed nothing in flight,
     never abandoned the worker and skipped every tick with no word: the minutes stopped and
-    the line said "collecting". Now the wait shows as the next run's first op in flight, the
-    worker is abandoned like any stuck one, probing goes on, and the wait counts once as that
-    op's latency and at each skipped tick by its age; no op fails but the one made to."""
-    from slowdown.probe.runtime.recorder import Recorder
+    the line said "collecting". Now the wait shows as the next run's first op in flight (live
+    and as the minutes' stuck age), the worker is abandoned like any stuck one and probing
+    goes on. The wait is the probe's own work after its ops, not a user's op: no latency
+    takes it, and each skipped tick counts the run's ops by their own latencies. No op fails
+    but the one made to."""
     from slowdown.probe.runtime.runner import TargetRunner
-    from tests.test_worker import DEAD_MD_WRITE, HUNG_SAVE
-
-    class Results(Recorder):
-        """The recorder, with each result and each skipped tick's sample kept in order."""
-
-        def __init__(self) -> None:
-            super().__init__("h")
-            self.seen: list[tuple[str, float | None, bool]] = []
-            self.waits: list[tuple[str, float | None]] = []
-
-        def result(self, target: str, op: str, latency: float | None, wall: float,
-                   failed: bool = False) -> None:
-            self.seen.append((op, latency, failed))
-            super().result(target, op, latency, wall, failed=failed)
-
-        def waited(self, target: str, op: str, latency: float | None, wall: float,
-                   failed: bool = False) -> None:
-            self.waits.append((op, latency))
-            super().waited(target, op, latency, wall, failed=failed)
 
     with FaultFS(tmp_path / "backing", tmp_path / "mnt") as fs:
         ws = workspace(fs.mountpoint)
@@ -288,6 +279,7 @@ def test_a_worker_hung_after_its_last_op_is_shown_stuck_abandoned_and_its_wait_c
             while runner.abandoned == 0 and time.monotonic() < deadline:
                 ages += [age for op, age, pid in runner.in_flight()
                          if pid == stuck and op == "data-read"]
+                runner.note_stuck()  # as the service does before each tick
                 runner.tick()
                 time.sleep(0.1)
             assert runner.abandoned == 1 and ages and max(ages) >= 1.0, ages
@@ -299,7 +291,9 @@ def test_a_worker_hung_after_its_last_op_is_shown_stuck_abandoned_and_its_wait_c
             runner.close()
     failed = [(op, lat) for op, lat, bad in recorder.seen if bad]
     assert failed == [("md-write", failed[0][1])], failed
+    assert max(age for op, age in recorder.stuck_ages if op == "data-read") >= 1.0, \
+        recorder.stuck_ages  # shown stuck while it lasted
     reads = [lat for op, lat, _ in recorder.seen if op == "data-read"]
-    assert max(reads) >= max(ages), (reads, ages)  # the wait, once, as data-read's latency
+    assert reads and max(reads) < 1.0, reads  # no latency took the wait after the ops
     waits = [lat for op, lat in recorder.waits if op == "data-read"]
-    assert waits and max(waits) >= 1.0, waits  # each skipped tick by the age then
+    assert waits and max(waits) < 1.0, waits  # skipped ticks: the ops' own latencies

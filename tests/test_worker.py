@@ -14,7 +14,7 @@ from slowdown.analysis.words import OPS
 from slowdown.probe.probes.worker import HOLD_ANSWERS
 from slowdown.probe.probes.worker_position import Position, Progress
 from tests.kit.faultfs import FaultFS
-from tests.kit.workerkit import Worker, workspace
+from tests.kit.workerkit import DEAD_MD_WRITE, HUNG_SAVE, Worker, workspace
 
 
 def test_the_page_reads_back_what_was_written_and_nothing_before() -> None:
@@ -82,13 +82,6 @@ def test_a_hung_op_is_named_in_the_page_and_earlier_results_keep_their_time(
             fs.release()
             worker.close()
 
-
-
-# md-write's create answers ENOTCONN (a descriptor the filesystem declared dead): after its
-# last op the run lets go of the md probe and saves its position, and that save hangs.
-DEAD_MD_WRITE = {"ops": ["create"], "path": "*file-*", "error": "ENOTCONN"}
-HUNG_SAVE = {"ops": ["create", "open", "write"], "path": "*md-workbench.status.tmp",
-             "hang": True}
 
 
 @pytest.mark.timeout(90)

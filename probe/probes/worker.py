@@ -42,9 +42,10 @@ page shared with the service (``probes/worker_position.py``), updated after ever
 After the last op a run may still call the filesystem (the md round's status file, closing
 descriptors declared dead, looking for a workspace gone). A call hung there keeps the next
 run from starting: the page says every op is done and the run not ended, the service shows
-the next run's first op in flight since the last op returned, and the end line carries
-``"after"``, the seconds from the last op's line to the end, when longer than
-``HOLD_ANSWERS``. The page's count goes one past the ops when the run has ended.
+the next run's first op in flight since the last op returned (and abandons a worker stuck
+there), and the end line carries ``"after"``, the seconds from the last op's line to the
+end, when longer than ``HOLD_ANSWERS``. The page's count goes one past the ops when the run
+has ended.
 
 End of stdin ends the worker. SIGUSR1 says the service has abandoned this worker (it was
 stuck and another took over): the op in flight is still reported when it returns, the rest

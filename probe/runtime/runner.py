@@ -110,10 +110,12 @@ class WorkerHandle:
 
     def ending(self) -> bool:
         """Every op of the run in flight has returned and the run has not ended: the worker
-        is in what it does after its last op (closing descriptors the filesystem declared
-        dead, saving the md position, looking for a workspace gone). A call hung there keeps
+        is in what it does after its last op (the md round's status file, closing descriptors
+        the filesystem declared dead, looking for a workspace gone). A call hung there keeps
         the next run from starting, as a hung open before the first op does: it shows as the
-        next run's first op in flight, since the last op returned (``position``)."""
+        next run's first op in flight since the last op returned (``position``), live and in
+        the minutes' stuck age, and the worker is abandoned past ``abandon_after``; no op's
+        latency takes the wait (``_ended_late``)."""
         flight = self.in_flight
         seen = self.progress.get() if flight is not None else None
         return seen is not None and seen.tick == flight.tick and seen.done == len(probe_ops())
@@ -333,7 +335,7 @@ class TargetRunner:
                     self._returned(flight, op, latency, wall, server=_server_of(message))
                     self.status.last[op] = {"lat": latency, "at": wall}
             elif message.get("end") and flight is not None and message.get("tick") == flight.tick:
-                self._ended_late(worker, message, wall)
+                self._ended_late(worker, message)
                 worker.in_flight = None
                 self.status.last_end = wall
                 self._note_mode(message.get("mode"))
@@ -403,33 +405,25 @@ class TargetRunner:
         others as they return (the one in flight at least at ``age``). The expected-interval
         correction against coordinated omission, as HdrHistogram and wrk2 make it: a
         window's statistics describe the time in it, not only the probes that completed.
-        ``ending``: every op has returned and the worker hangs after them; ``op`` is the next
-        run's first, which waits on it: it counts by the age now."""
+        ``ending``: every op has returned and the worker is still at its own work after them
+        (``WorkerHandle.ending``): each op counts by its own latency, none by the wait."""
         if flight is None:
             return
-        op = op or probe_ops()[0]
-        if ending:
-            self.recorder.waited(self.name, op, age, wall)
-        else:
-            flight.skips.append((wall, op, age))
+        flight.skips.append((wall, "" if ending else op or probe_ops()[0], age))
         for done, (latency, failed) in flight.done.items():
-            if not (ending and done == op):
-                self.recorder.waited(self.name, done, latency, wall, failed=failed)
+            self.recorder.waited(self.name, done, latency, wall, failed=failed)
 
-    def _ended_late(self, worker: WorkerHandle, message: dict, wall: float) -> None:
+    def _ended_late(self, worker: WorkerHandle, message: dict) -> None:
         """A run that ended longer than the interval after its last op returned (the end
-        line's ``after``): the worker hung in what it does after its ops, and the next run's
-        first op, shown in flight all that while, waited that long (SPEC section 4: its full
-        latency, as for a wait before the first op's timed call)."""
+        line's ``after``): said in the log. The wait was shown in flight while it lasted (live,
+        in the minutes' stuck age, and by abandoning the worker past ``abandon_after``), but
+        it is the probe's own work after its ops (the md round's status file, closing dead
+        descriptors), not a user's op: no op's latency takes it."""
         after = message.get("after")
-        if not isinstance(after, (int, float)) or isinstance(after, bool) \
-                or after <= self.interval:
-            return
-        first = probe_ops()[0]
-        log.warning("target %s: worker %d took %.1f s after its run's last op (a call on the "
-                    "filesystem hung there); counted as %s waiting", self.name, worker.pid,
-                    after, first)
-        self.recorder.result(self.name, first, float(after), wall)
+        if isinstance(after, (int, float)) and not isinstance(after, bool) \
+                and after > self.interval:
+            log.warning("target %s: worker %d took %.1f s after its run's last op (a call on "
+                        "the filesystem was that slow there)", self.name, worker.pid, after)
 
     def _returned(self, flight: InFlight, op: str, latency: float | None, wall: float,
                   failed: bool = False, server: str | None = None) -> None:
@@ -452,9 +446,7 @@ class TargetRunner:
         if position is None or flight is None:
             return
         age = time.monotonic() - position[1]
-        if worker.ending():  # its ops are in: the wait after them, as ``_ended_late`` counts it
-            if age > self.interval:
-                self.recorder.result(self.name, position[0], age, wall)
+        if worker.ending():  # its ops are in; the wait after them is no op's (``_ended_late``)
             return
         if age > self.interval:
             self._returned(flight, position[0], age, wall, failed=failed)

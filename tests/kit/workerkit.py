@@ -16,6 +16,13 @@ from slowdown.probe.workspaces.prepare import Workspace, prepare
 
 MIB = 1 << 20
 
+# Fault rules for a hang after a run's last op: md-write's create answers ENOTCONN (a
+# descriptor the filesystem declared dead), so after its last op the run lets go of the md
+# probe and saves its position, and that save hangs.
+DEAD_MD_WRITE = {"ops": ["create"], "path": "*file-*", "error": "ENOTCONN"}
+HUNG_SAVE = {"ops": ["create", "open", "write"], "path": "*md-workbench.status.tmp",
+             "hang": True}
+
 
 def workspace(path: Path) -> Path:
     target = Target(name="t", path=path, data_size=DataSize(bytes=4 * MIB), pool_files=20,
