@@ -157,7 +157,9 @@ def test_client_evicted_then_remounted(root_only) -> None:
     # flushed minutes' share of failures).
     assert "failing: every op since" in line, line
     assert check.startswith("exit 2:") and "CRITICAL" in check and "every op" in check, check
-    assert "failing" not in after, after
+    # After the remount the streak is over; the windows may still hold the failed ops'
+    # share ("failing: 68.4% of ops") once the eviction's minute is written, which is true.
+    assert "every op since" not in after, after
 
 
 def test_osd_held_to_five_percent(root_only) -> None:
