@@ -251,7 +251,8 @@ def test_a_remount_under_a_running_worker_is_met_with_the_files_opened_anew(
 
 
 @pytest.mark.timeout(90)
-def test_a_worker_hung_after_its_last_op_is_shown_stuck_and_abandoned(tmp_path: Path) -> None:
+def test_a_worker_hung_after_its_last_op_is_shown_stuck_and_abandoned(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     """The client evicted as a run's last op returns (CephFS): the run then hangs in letting
     go of its dead descriptors. Every op had returned, so the service showed nothing in flight,
     never abandoned the worker and skipped every tick with no word: the minutes stopped and
@@ -267,6 +268,7 @@ def test_a_worker_hung_after_its_last_op_is_shown_stuck_and_abandoned(tmp_path: 
         recorder = Results()
         runner = TargetRunner("t", ws, recorder, interval=0.2, abandon_after=1.5,
                               max_abandoned=2)
+        caplog.set_level("WARNING", logger="slowdown.probe.runtime.runner")
         try:
             assert runner.tick()
             wait_for(lambda: runner.status.last_end is not None, 10, what="a first run")
@@ -291,6 +293,7 @@ def test_a_worker_hung_after_its_last_op_is_shown_stuck_and_abandoned(tmp_path: 
             runner.close()
     failed = [(op, lat) for op, lat, bad in recorder.seen if bad]
     assert failed == [("md-write", failed[0][1])], failed
+    assert f"worker {stuck} took" in caplog.text and "after its run's last op" in caplog.text
     assert max(age for op, age in recorder.stuck_ages if op == "data-read") >= 1.0, \
         recorder.stuck_ages  # shown stuck while it lasted
     reads = [lat for op, lat, _ in recorder.seen if op == "data-read"]

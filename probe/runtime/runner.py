@@ -414,16 +414,17 @@ class TargetRunner:
             self.recorder.waited(self.name, done, latency, wall, failed=failed)
 
     def _ended_late(self, worker: WorkerHandle, message: dict) -> None:
-        """A run that ended longer than the interval after its last op returned (the end
-        line's ``after``): said in the log. The wait was shown in flight while it lasted (live,
-        in the minutes' stuck age, and by abandoning the worker past ``abandon_after``), but
-        it is the probe's own work after its ops (the md round's status file, closing dead
+        """A run that ended ``abandon_after`` or more after its last op returned (the end
+        line's ``after``): a hang there is over, said in the log (a slow filesystem's shorter
+        waits there are not: they would be a line a tick). The wait was shown in flight while
+        it lasted (live, in the minutes' stuck age, and by abandoning the worker), but it is
+        the probe's own work after its ops (the md round's status file, closing dead
         descriptors), not a user's op: no op's latency takes it."""
         after = message.get("after")
         if isinstance(after, (int, float)) and not isinstance(after, bool) \
-                and after > self.interval:
+                and after >= self.abandon_after:
             log.warning("target %s: worker %d took %.1f s after its run's last op (a call on "
-                        "the filesystem was that slow there)", self.name, worker.pid, after)
+                        "the filesystem hung there)", self.name, worker.pid, after)
 
     def _returned(self, flight: InFlight, op: str, latency: float | None, wall: float,
                   failed: bool = False, server: str | None = None) -> None:
