@@ -221,6 +221,17 @@ class Store:
         if self._conn is not None:  # None: opened elsewhere, never used here
             self._conn.close()
 
+    def checkpoint(self) -> bool:
+        """Copy the WAL's commits into the database file, without waiting for any reader
+        (PASSIVE), so that a copy of the file alone (``cp``, ``rsync``, a backup tool that
+        knows nothing of ``-wal``) holds what was written. False when a reader's snapshot
+        held some of it back or SQLite refused; the next call copies the rest."""
+        try:
+            busy, frames, copied = self.conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+        except sqlite3.Error:
+            return False
+        return busy == 0 and frames == copied
+
     def __enter__(self) -> Store:
         return self
 

@@ -158,6 +158,8 @@ class Service:
             if ok:
                 self.landing.landed(now)
                 self._check_lock()
+                if self._store is not None:  # a cp of the file alone holds every minute
+                    self._store.checkpoint()
             if ok and not everything and minute // 3600 != self._last_rollup_hour:
                 self._last_rollup_hour = minute // 3600
                 self._hourly(now)

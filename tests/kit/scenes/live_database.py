@@ -180,6 +180,9 @@ def scene(tmp_path: Path) -> None:
         said["moved"] = [_slowdown(moved_cfg, "check").stdout]
         _until(m0 + 60 + 10)
         os.rename(tmp_path / "older.db", replaced_db)  # the early backup restored over it
+        _until(m0 + 60 + 20)  # the file alone copied, after a minute was written
+        shutil.copyfile(readers_db, tmp_path / "copy-m1.db")
+        subprocess.run(["rsync", str(readers_db), str(tmp_path / "rsynced-m1.db")], check=True)
         _until(m0 + 60 + 30)
         _sqlite3(str(readers_db), "VACUUM")
         _until(m0 + 120 + 5)  # m2
@@ -228,6 +231,9 @@ def scene(tmp_path: Path) -> None:
     assert "records" not in said["readers"][0], said["readers"]
     for copy in ("backup.db", "copy.db", "rsynced.db"):
         assert (tmp_path / copy).stat().st_size > 0
+    for copy in ("copy-m1.db", "rsynced-m1.db"):  # the file alone, without its -wal: the
+        found = _minutes(tmp_path / copy)  # service copies the WAL into it at each flush
+        assert all(int(m0) in found.get(op, ()) for op in OPS), (copy, found)
 
     # deleted: check named the path at once; every minute from the one in progress at the
     # deletion on reached the new file; the count at the stop is the file's.
