@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import sqlite3
 import subprocess
 import sys
@@ -250,3 +251,39 @@ def test_two_openers_of_a_brand_new_file_both_succeed(tmp_path):
         for t in threads:
             t.join()
     assert failures == []
+
+
+def _minutes_in(path: Path) -> int:
+    """Minute records in the file alone, as a copy without its -wal holds them."""
+    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        return conn.execute("SELECT count(*) FROM minutes").fetchone()[0]
+    except sqlite3.OperationalError:  # no such table: not even the schema reached the file
+        return 0
+    finally:
+        conn.close()
+
+
+def test_a_checkpoint_puts_what_was_written_into_the_file_alone(tmp_path):
+    """What cp or rsync copies (the file, not its -wal) holds every write once the writer has
+    checkpointed; a reader's open snapshot holds back only what came after it, until the next."""
+    db, rng = tmp_path / "a.db", np.random.default_rng(2)
+    with Store(db) as store:
+        store.write([record("n1", "work", "md-stat", T0, sample(rng))])
+        shutil.copyfile(db, tmp_path / "before.db")
+        assert store.checkpoint()
+        shutil.copyfile(db, tmp_path / "after.db")
+        reader = sqlite3.connect(db)
+        reader.execute("BEGIN")
+        reader.execute("SELECT count(*) FROM minutes").fetchone()  # its snapshot: 1 record
+        store.write([record("n1", "work", "md-stat", T0 + 60, sample(rng))])
+        assert not store.checkpoint()  # the new minute is after the reader's snapshot
+        shutil.copyfile(db, tmp_path / "held.db")
+        reader.rollback()
+        reader.close()
+        assert store.checkpoint()
+        shutil.copyfile(db, tmp_path / "later.db")
+    assert _minutes_in(tmp_path / "before.db") == 0
+    assert _minutes_in(tmp_path / "after.db") == 1
+    assert _minutes_in(tmp_path / "held.db") == 1
+    assert _minutes_in(tmp_path / "later.db") == 2
