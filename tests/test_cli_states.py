@@ -62,9 +62,9 @@ def collecting(database, offset: float) -> dict | None:
 
 def calm_read(database, *args: str, offset: float, until):
     """``slowdown ARGS`` read again, for up to 15 s, until ``until(done)``: as in ``collecting``,
-    an op (or the probe's own work after its ops, the md round's status file with its fsync)
-    may be in flight longer than the interval at the moment of reading on a busy machine, and
-    the target is then shown stuck, not collecting."""
+    an op (or the probe's own work after its ops: the md round's status file, written and
+    renamed) may be in flight longer than the interval at the moment of reading on a busy
+    machine, and the target is then shown stuck, not collecting."""
     def once():
         done = read(database, *args, offset=offset)
         return done if done.returncode in (0, 3) and until(done) else None
